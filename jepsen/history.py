@@ -104,12 +104,16 @@ def _keyword(name: Any) -> Any:
 
 def _edn_value(f: Any, value: Any) -> Any:
     """Give `value` the EDN shape Jepsen uses: keyword micro-op names and transfer keys."""
-    if isinstance(value, list | tuple) and value and all(
-        isinstance(mop, list | tuple)
-        and len(mop) == 3
-        and isinstance(mop[0], str)
-        and mop[0] in _MICRO_OP_FUNCTIONS
-        for mop in value
+    if (
+        isinstance(value, list | tuple)
+        and value
+        and all(
+            isinstance(mop, list | tuple)
+            and len(mop) == 3
+            and isinstance(mop[0], str)
+            and mop[0] in _MICRO_OP_FUNCTIONS
+            for mop in value
+        )
     ):
         return [
             [_keyword(mop[0]), mop[1], list(mop[2]) if isinstance(mop[2], tuple) else mop[2]]

@@ -44,7 +44,9 @@ def test_write_then_read_gives_equal_ops(tmp_path: Path) -> None:
 
 
 def test_read_accepts_missing_f_time_and_index() -> None:
-    ops = read_history("{:type :invoke, :process 2, :value [[:r 4 nil]]}\n{:type :ok :process 2 :value [[:r 4 []]]}")
+    ops = read_history(
+        "{:type :invoke, :process 2, :value [[:r 4 nil]]}\n{:type :ok :process 2 :value [[:r 4 []]]}"
+    )
     assert [op.index for op in ops] == [0, 1]
     assert ops[1].f is None and ops[1].time is None
     assert ops[1].value == [["r", 4, []]]
