@@ -1,0 +1,579 @@
+"""The coordinator of one-shot transactions at a shard leader (DESIGN.md §3).
+
+Theory of operation. The coordinator is the leader that received the transaction. It
+
+1. **executes** the procedure by driving its coroutine with ``send``: each ``ReadBatch`` it
+   yields is served from the local participant at once, or by ``ReadRequest``s to the
+   owning shards (the coroutine stays parked until every reply is in). Reads record
+   ``(key, vid)`` per shard and fold the version's vector clock into ``read_vc``;
+2. **certifies** it: a transaction that touches one shard is certified there in one step
+   (locally, or by one ``SoloRequest``); otherwise it locks the write set on every write
+   shard (each draws a counter), then validates the read set on every read shard, and on
+   success installs the writes everywhere tagged with
+   ``vc = read_vc ⊔ {shard: counter}``. Any failed round aborts and releases what was taken;
+3. answers the client: CERTIFIED as soon as the decision is made (if asked), COMMITTED once
+   ``vc`` is at or below the known vector watermark.
+
+Requests to other shards are retransmitted until answered (the participant side is
+idempotent), so lost, duplicated and reordered messages are harmless. Before the decision,
+a shard that does not answer within ``peer_attempts_max`` tries aborts the transaction; after
+it, installs are retried until acknowledged, because the outcome is already decided.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from store.core.errors import InvalidRequest, Status
+from store.core.messages import (
+    AbortReply,
+    AbortRequest,
+    InstallReply,
+    InstallRequest,
+    LockReply,
+    LockRequest,
+    Message,
+    Outcome,
+    ReadItem,
+    ReadReply,
+    ReadRequest,
+    RecordedScan,
+    SoloReply,
+    SoloRequest,
+    Submit,
+    ValidateReply,
+    ValidateRequest,
+    Write,
+)
+from store.core.participant import Participant
+from store.core.partition import Partitioner
+from store.core.settings import Settings
+from store.core.txn import Procedures, ReadBatch, Tx, UserAbort
+from store.core.vclock import EMPTY, VectorClock
+from store.core.watermark import VectorWatermark
+
+EXECUTING = 1
+LOCKING = 2
+VALIDATING = 3
+SOLO = 4
+DECIDED = 5  # certified: installs may still be in flight
+ABORTING = 6  # aborted: abort requests may still be in flight
+
+# Observer of certification, for the simulator's invariant checks:
+# (txn_id, vc, writer txn ids of every version read).
+CertifiedObserver = Callable[[int, VectorClock, list[int]], None]
+
+
+class _Txn:
+    __slots__ = (
+        "batch",
+        "batch_items",
+        "batch_scans",
+        "certified",
+        "client_id",
+        "conflict",
+        "coro",
+        "counters",
+        "phase",
+        "read_count",
+        "read_from",
+        "read_vc",
+        "reads",
+        "reply_to",
+        "req_no",
+        "result_value",
+        "scans",
+        "seq",
+        "tx",
+        "txn_id",
+        "vc",
+        "waiting",
+        "want_certified",
+        "write_shards",
+    )
+
+    def __init__(self, txn_id: int, submit: Submit, reply_to: str, tx: Tx) -> None:
+        self.txn_id = txn_id
+        self.client_id = submit.client_id
+        self.seq = submit.seq
+        self.want_certified = submit.want_certified
+        self.reply_to = reply_to
+        self.tx = tx
+        self.coro: Any = None
+        self.phase = EXECUTING
+        self.batch: ReadBatch | None = None
+        self.batch_items: dict[str, ReadItem] = {}
+        self.batch_scans: list[list[ReadItem]] = []
+        self.req_no = 0
+        self.waiting: set[int] = set()
+        self.reads: dict[int, dict[str, int]] = {}
+        self.scans: dict[int, list[RecordedScan]] = {}
+        self.read_vc = EMPTY
+        self.read_from: list[int] = []
+        self.read_count = 0
+        self.conflict = False
+        self.counters: dict[int, int] = {}
+        self.write_shards: dict[int, list[Write]] = {}
+        self.vc = EMPTY
+        self.certified = False
+        self.result_value: Any = None
+
+
+class Coordinator:
+    def __init__(
+        self,
+        shard: int,
+        coordinator_id: int,
+        partitioner: Partitioner,
+        participant: Participant,
+        procedures: Procedures,
+        settings: Settings,
+        vector_watermark: VectorWatermark,
+        send: Callable[[int, Message], None],
+        reply: Callable[[str, Outcome], None],
+        observer: CertifiedObserver | None = None,
+    ) -> None:
+        assert 0 <= coordinator_id < 1 << 16
+        self.shard = shard
+        self.coordinator_id = coordinator_id
+        self.partitioner = partitioner
+        self.participant = participant
+        self.procedures = procedures
+        self.settings = settings
+        self.vw = vector_watermark
+        self.epoch = 0
+        self._send = send
+        self._reply = reply
+        self._observer = observer
+        self._next_seq = 1
+        self._txns: dict[int, _Txn] = {}
+        self._by_client: dict[tuple[str, int], int] = {}
+        self._outcomes: OrderedDict[tuple[str, int], Outcome] = OrderedDict()
+        # Requests to other shards awaiting an answer: (txn_id, shard) -> [message, attempts].
+        self._pending: dict[tuple[int, int], list[Any]] = {}
+        self._retry_heap: list[tuple[int, int, int]] = []
+        self._awaiting_commit: dict[int, _Txn] = {}
+        self.counters = {"certified": 0, "committed": 0, "aborted": 0, "solo": 0}
+
+    # ---- client side ---------------------------------------------------------------------
+
+    def submit(self, now_ns: int, src: str, submit: Submit) -> None:
+        key = (submit.client_id, submit.seq)
+        outcome = self._outcomes.get(key)
+        if outcome is not None:
+            self._reply(src, outcome)
+            return
+        txn_id = self._by_client.get(key)
+        if txn_id is not None:  # a retry of a transaction still running
+            txn = self._txns[txn_id]
+            txn.reply_to = src
+            txn.want_certified |= submit.want_certified
+            if txn.certified and txn.want_certified:
+                self._reply(src, Outcome(txn.seq, Status.CERTIFIED, None, txn.vc, ""))
+            return
+        if len(self._by_client) >= self.settings.txns_in_flight_max:
+            self._reply(src, Outcome(submit.seq, Status.UNAVAILABLE, None, EMPTY, "overloaded"))
+            return
+        txn_id = (self._next_seq << 16) | self.coordinator_id
+        self._next_seq += 1
+        tx = Tx(self.settings)
+        txn = _Txn(txn_id, submit, src, tx)
+        try:
+            txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
+        except InvalidRequest as exc:
+            self._finish_client(txn, Status.INVALID, None, str(exc), remember=True)
+            return
+        self._txns[txn_id] = txn
+        self._by_client[key] = txn_id
+        self._drive(now_ns, txn, None)
+
+    def _finish_client(
+        self, txn: _Txn, status: Status, result: Any, detail: str, remember: bool
+    ) -> None:
+        outcome = Outcome(txn.seq, status, result, txn.vc, detail)
+        key = (txn.client_id, txn.seq)
+        self._by_client.pop(key, None)
+        if remember:
+            self._outcomes[key] = outcome
+            if len(self._outcomes) > self.settings.outcomes_remembered_max:
+                self._outcomes.popitem(last=False)
+        self._reply(txn.reply_to, outcome)
+
+    # ---- execution -----------------------------------------------------------------------
+
+    def _drive(self, now_ns: int, txn: _Txn, value: Any) -> None:
+        while True:
+            try:
+                request = txn.coro.send(value)
+            except StopIteration as stop:
+                self._executed(now_ns, txn, stop.value)
+                return
+            except UserAbort as abort:
+                self._end_before_certify(txn, Status.USER_ABORTED, abort.reason)
+                return
+            except InvalidRequest as exc:
+                self._end_before_certify(txn, Status.INVALID, str(exc))
+                return
+            except Exception as exc:  # the procedure's own bug: report, change nothing
+                self._end_before_certify(
+                    txn, Status.PROCEDURE_FAILED, f"{type(exc).__name__}: {exc}"
+                )
+                return
+            if not isinstance(request, ReadBatch):
+                txn.coro.close()
+                self._end_before_certify(
+                    txn, Status.PROCEDURE_FAILED, "procedures may only await tx operations"
+                )
+                return
+            value = self._start_batch(now_ns, txn, request)
+            if value is None:
+                return  # parked until the remote reads are in
+
+    def _start_batch(self, now_ns: int, txn: _Txn, batch: ReadBatch) -> Any:
+        txn.read_count += len(batch.keys) + len(batch.scans)
+        if txn.read_count > self.settings.reads_per_txn_max:
+            txn.coro.close()
+            self._end_before_certify(
+                txn, Status.INVALID, f"more than {self.settings.reads_per_txn_max} reads"
+            )
+            return None
+        txn.req_no += 1
+        txn.batch = batch
+        txn.batch_items = {}
+        txn.batch_scans = [[] for _ in batch.scans]
+        keys_by_shard: dict[int, list[str]] = {}
+        shard_of = self.partitioner.shard_of
+        for key in batch.keys:
+            keys_by_shard.setdefault(shard_of(key), []).append(key)
+        scans_by_shard: dict[int, list[tuple[str, str, int]]] = {}
+        for lo, hi, limit in batch.scans:
+            for shard in self.partitioner.shards_of_range(lo, hi):
+                scans_by_shard.setdefault(shard, []).append((lo, hi, limit))
+        for shard in sorted(keys_by_shard.keys() | scans_by_shard.keys()):
+            keys = keys_by_shard.get(shard, [])
+            scans = scans_by_shard.get(shard, [])
+            if shard == self.shard:
+                self._absorb_reads(
+                    txn, shard, self.participant.read(keys), self.participant.scan_many(scans)
+                )
+            else:
+                txn.waiting.add(shard)
+                self._request(now_ns, txn.txn_id, shard, ReadRequest(txn.txn_id, txn.req_no, keys, scans))
+        if txn.waiting:
+            return None
+        return self._batch_value(txn)
+
+    def _absorb_reads(
+        self, txn: _Txn, shard: int, items: list[ReadItem], scans: list[list[ReadItem]]
+    ) -> None:
+        recorded = txn.reads.get(shard)
+        if recorded is None:
+            recorded = txn.reads[shard] = {}
+        read_vc = txn.read_vc
+        for item in items:
+            key, vid, _, _, vc, writer = item
+            previous = recorded.get(key)
+            if previous is None:
+                recorded[key] = vid
+            elif previous != vid:
+                txn.conflict = True  # the key changed between two reads: cannot certify
+            txn.batch_items[key] = item
+            if vid:
+                read_vc = read_vc.merge(vc)
+                txn.read_from.append(writer)
+        assert txn.batch is not None
+        if scans:
+            # The shard answered the scans it owns in the order they were asked.
+            ranges = [
+                (j, rng)
+                for j, rng in enumerate(txn.batch.scans)
+                if shard in self.partitioner.shards_of_range(rng[0], rng[1])
+            ]
+            recorded_scans = txn.scans.setdefault(shard, [])
+            for (j, (lo, hi, limit)), found in zip(ranges, scans, strict=True):
+                recorded_scans.append((lo, hi, limit, [(item[0], item[1]) for item in found]))
+                txn.batch_scans[j].extend(found)
+                for item in found:
+                    read_vc = read_vc.merge(item[4])
+                    txn.read_from.append(item[5])
+        txn.read_vc = read_vc
+
+    def _batch_value(self, txn: _Txn) -> Any:
+        batch = txn.batch
+        assert batch is not None
+        if txn.conflict:
+            txn.coro.close()
+            self._end_before_certify(txn, Status.ABORTED, "a key changed between two reads")
+            return None
+        values = [txn.batch_items[key][2] for key in batch.keys]
+        scans = []
+        for j, (_, _, limit) in enumerate(batch.scans):
+            found = sorted(txn.batch_scans[j], key=lambda item: item[0])[:limit]
+            scans.append([(item[0], item[2]) for item in found])
+        return values, scans
+
+    def on_read_reply(self, now_ns: int, reply: ReadReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if txn is None or txn.phase != EXECUTING or reply.req_no != txn.req_no:
+            return  # late or duplicated
+        if reply.shard not in txn.waiting:
+            return
+        txn.waiting.discard(reply.shard)
+        self._pending.pop((txn.txn_id, reply.shard), None)
+        if len(reply.scans) != len(
+            [r for r in (txn.batch.scans if txn.batch else []) if reply.shard in self.partitioner.shards_of_range(r[0], r[1])]
+        ):
+            return  # malformed reply; the retransmission will ask again
+        self._absorb_reads(txn, reply.shard, reply.items, reply.scans)
+        if not txn.waiting:
+            value = self._batch_value(txn)
+            if value is not None:
+                self._drive(now_ns, txn, value)
+
+    def _end_before_certify(self, txn: _Txn, status: Status, detail: str) -> None:
+        """Ends a transaction that holds nothing anywhere (still executing)."""
+        for shard in txn.waiting:
+            self._pending.pop((txn.txn_id, shard), None)
+        txn.waiting.clear()
+        del self._txns[txn.txn_id]
+        if status == Status.ABORTED:
+            self.counters["aborted"] += 1
+        # A conflict or an unreachable shard changed nothing: a retry with the same id runs
+        # again. Every other outcome is final and is what a retry gets back.
+        remember = status not in (Status.ABORTED, Status.UNAVAILABLE)
+        self._finish_client(txn, status, None, detail, remember=remember)
+
+    # ---- certification -------------------------------------------------------------------
+
+    def _executed(self, now_ns: int, txn: _Txn, result: Any) -> None:
+        txn.result_value = result
+        shard_of = self.partitioner.shard_of
+        for key, (value, deleted) in txn.tx.writes.items():
+            txn.write_shards.setdefault(shard_of(key), []).append((key, value, deleted))
+        read_shards = {s for s, reads in txn.reads.items() if reads} | {
+            s for s, scans in txn.scans.items() if scans
+        }
+        participants = sorted(read_shards | txn.write_shards.keys())
+        if not participants:
+            self._certified(now_ns, txn, EMPTY)
+            return
+        if len(participants) == 1:
+            shard = participants[0]
+            reads = list(txn.reads.get(shard, {}).items())
+            scans = txn.scans.get(shard, [])
+            writes = txn.write_shards.get(shard, [])
+            self.counters["solo"] += 1
+            if shard == self.shard:
+                vc = self.participant.certify_solo(
+                    txn.txn_id, reads, scans, writes, txn.read_vc, self.epoch
+                )
+                if vc is None:
+                    self._aborted(txn, "conflict")
+                else:
+                    self._certified(now_ns, txn, vc)
+            else:
+                txn.phase = SOLO
+                self._request(
+                    now_ns,
+                    txn.txn_id,
+                    shard,
+                    SoloRequest(txn.txn_id, reads, scans, writes, txn.read_vc, self.epoch),
+                )
+            return
+        if not txn.write_shards:
+            self._start_validation(now_ns, txn)
+            return
+        txn.phase = LOCKING
+        for shard, writes in sorted(txn.write_shards.items()):
+            keys = [key for key, _, _ in writes]
+            if shard == self.shard:
+                ok, counter = self.participant.lock(txn.txn_id, keys)
+                if not ok:
+                    self._abort_everywhere(now_ns, txn, "lock conflict")
+                    return
+                txn.counters[shard] = counter
+            else:
+                txn.waiting.add(shard)
+                self._request(now_ns, txn.txn_id, shard, LockRequest(txn.txn_id, keys))
+        if not txn.waiting:
+            self._start_validation(now_ns, txn)
+
+    def on_lock_reply(self, now_ns: int, reply: LockReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if txn is None or txn.phase != LOCKING or reply.shard not in txn.waiting:
+            return
+        txn.waiting.discard(reply.shard)
+        self._pending.pop((txn.txn_id, reply.shard), None)
+        if not reply.ok:
+            self._abort_everywhere(now_ns, txn, "lock conflict")
+            return
+        txn.counters[reply.shard] = reply.counter
+        if not txn.waiting:
+            self._start_validation(now_ns, txn)
+
+    def _start_validation(self, now_ns: int, txn: _Txn) -> None:
+        txn.phase = VALIDATING
+        vc = txn.read_vc
+        for shard, counter in txn.counters.items():
+            vc = vc.with_entry(shard, counter)
+        txn.vc = vc
+        read_shards = sorted(
+            {s for s, reads in txn.reads.items() if reads}
+            | {s for s, scans in txn.scans.items() if scans}
+        )
+        for shard in read_shards:
+            reads = list(txn.reads.get(shard, {}).items())
+            scans = txn.scans.get(shard, [])
+            if shard == self.shard:
+                if not self.participant.validate(txn.txn_id, reads, scans):
+                    self._abort_everywhere(now_ns, txn, "validation failed")
+                    return
+            else:
+                txn.waiting.add(shard)
+                self._request(now_ns, txn.txn_id, shard, ValidateRequest(txn.txn_id, reads, scans))
+        if not txn.waiting:
+            self._decide(now_ns, txn)
+
+    def on_validate_reply(self, now_ns: int, reply: ValidateReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if txn is None or txn.phase != VALIDATING or reply.shard not in txn.waiting:
+            return
+        txn.waiting.discard(reply.shard)
+        self._pending.pop((txn.txn_id, reply.shard), None)
+        if not reply.ok:
+            self._abort_everywhere(now_ns, txn, "validation failed")
+            return
+        if not txn.waiting:
+            self._decide(now_ns, txn)
+
+    def _decide(self, now_ns: int, txn: _Txn) -> None:
+        """Every lock is held and every read validated: the transaction is certified."""
+        txn.phase = DECIDED
+        for shard, writes in sorted(txn.write_shards.items()):
+            if shard == self.shard:
+                self.participant.install(txn.txn_id, writes, txn.vc, self.epoch)
+            else:
+                txn.waiting.add(shard)
+                self._request(now_ns, txn.txn_id, shard, InstallRequest(txn.txn_id, writes, txn.vc, self.epoch))
+        self._certified(now_ns, txn, txn.vc)
+
+    def on_solo_reply(self, now_ns: int, reply: SoloReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if txn is None or txn.phase != SOLO:
+            return
+        self._pending.pop((txn.txn_id, reply.shard), None)
+        if reply.ok:
+            self._certified(now_ns, txn, reply.vc)
+        else:
+            self._aborted(txn, "conflict")
+
+    def on_install_reply(self, reply: InstallReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if txn is None or reply.shard not in txn.waiting:
+            return
+        txn.waiting.discard(reply.shard)
+        self._pending.pop((txn.txn_id, reply.shard), None)
+        self._forget_if_done(txn)
+
+    def on_abort_reply(self, reply: AbortReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if txn is None or txn.phase != ABORTING or reply.shard not in txn.waiting:
+            return
+        txn.waiting.discard(reply.shard)
+        self._pending.pop((txn.txn_id, reply.shard), None)
+        self._forget_if_done(txn)
+
+    def _certified(self, now_ns: int, txn: _Txn, vc: VectorClock) -> None:
+        assert txn.read_vc <= vc, "vector clock below a version it read (DESIGN.md §3)"
+        txn.vc = vc
+        txn.certified = True
+        if txn.phase != DECIDED:
+            txn.phase = DECIDED
+        self.counters["certified"] += 1
+        if self._observer is not None:
+            self._observer(txn.txn_id, vc, txn.read_from)
+        if txn.want_certified:
+            self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
+        self._awaiting_commit[txn.txn_id] = txn
+        self.check_commits()
+
+    def check_commits(self) -> None:
+        """Tells clients COMMITTED for every certified transaction now under the watermark."""
+        if not self._awaiting_commit:
+            return
+        watermark = self.vw.entries
+        done = [t for t in self._awaiting_commit.values() if t.vc.le_watermark(watermark)]
+        for txn in done:
+            del self._awaiting_commit[txn.txn_id]
+            self.counters["committed"] += 1
+            self._finish_client(txn, Status.COMMITTED, txn.result_value, "", remember=True)
+            self._forget_if_done(txn)
+
+    def _aborted(self, txn: _Txn, detail: str) -> None:
+        self.counters["aborted"] += 1
+        self._finish_client(txn, Status.ABORTED, None, detail, remember=False)
+        txn.phase = ABORTING
+        self._forget_if_done(txn)
+
+    def _abort_everywhere(self, now_ns: int, txn: _Txn, detail: str) -> None:
+        """Releases whatever the transaction may hold on its write shards."""
+        for shard in txn.waiting:
+            self._pending.pop((txn.txn_id, shard), None)
+        txn.waiting.clear()
+        for shard in sorted(txn.write_shards):
+            if shard == self.shard:
+                self.participant.abort(txn.txn_id)
+            else:
+                txn.waiting.add(shard)
+                self._request(now_ns, txn.txn_id, shard, AbortRequest(txn.txn_id))
+        self._aborted(txn, detail)
+
+    def _forget_if_done(self, txn: _Txn) -> None:
+        if txn.waiting or txn.txn_id in self._awaiting_commit:
+            return
+        if txn.phase in (DECIDED, ABORTING) and (txn.client_id, txn.seq) not in self._by_client:
+            self._txns.pop(txn.txn_id, None)
+
+    # ---- retransmission ------------------------------------------------------------------
+
+    def _request(self, now_ns: int, txn_id: int, shard: int, message: Message) -> None:
+        self._pending[(txn_id, shard)] = [message, 1]
+        heapq.heappush(self._retry_heap, (now_ns + self.settings.peer_retry_ns, txn_id, shard))
+        self._send(shard, message)
+
+    def next_deadline(self) -> int | None:
+        return self._retry_heap[0][0] if self._retry_heap else None
+
+    def on_timer(self, now_ns: int) -> None:
+        heap = self._retry_heap
+        while heap and heap[0][0] <= now_ns:
+            _, txn_id, shard = heapq.heappop(heap)
+            entry = self._pending.get((txn_id, shard))
+            if entry is None:
+                continue
+            message, attempts = entry
+            txn = self._txns.get(txn_id)
+            # A solo request may already have been applied, so it is retried until answered,
+            # like an install: only rounds before any decision may give up.
+            undecided = txn is not None and txn.phase in (EXECUTING, LOCKING, VALIDATING)
+            if undecided and attempts >= self.settings.peer_attempts_max and txn is not None:
+                if txn.phase == EXECUTING:
+                    txn.coro.close()
+                    self._end_before_certify(txn, Status.UNAVAILABLE, f"shard {shard} unreachable")
+                else:
+                    self._abort_everywhere(now_ns, txn, f"shard {shard} unreachable")
+                continue
+            entry[1] = attempts + 1
+            heapq.heappush(heap, (now_ns + self.settings.peer_retry_ns, txn_id, shard))
+            self._send(shard, message)
+
+    # ---- introspection -------------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        return len(self._by_client)
+
+    def pending_requests(self) -> int:
+        return len(self._pending)

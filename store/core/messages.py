@@ -1,0 +1,219 @@
+"""Messages a shard leader sends and receives (DESIGN.md §3).
+
+Plain slotted classes: the simulator hands them between nodes as objects, and
+``store.core.codec`` turns them into bytes for the real transports. Every message between
+leaders carries the transaction id; every reply from a participant carries the sender's
+shard watermark (the piggybacking of DESIGN.md §4).
+
+Shapes used below:
+* a read item: ``(key, vid, value, deleted, vc, writer_txn_id)``; vid 0 means no version;
+* a recorded scan: ``(lo, hi, limit, [(key, vid), ...])``;
+* a write: ``(key, value, deleted)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.core.vclock import VectorClock
+
+ReadItem = tuple[str, int, Any, bool, VectorClock, int]
+RecordedScan = tuple[str, str, int, list[tuple[str, int]]]
+Write = tuple[str, Any, bool]
+ScanRange = tuple[str, str, int]
+
+
+class Message:
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and all(
+            getattr(self, name) == getattr(other, name) for name in self.__slots__
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# ---- client <-> coordinator ----------------------------------------------------------------
+
+
+class Submit(Message):
+    """A one-shot transaction: a procedure call, or ``procedure == ""`` and ``args == [ops]``."""
+
+    __slots__ = ("args", "client_id", "procedure", "seq", "want_certified")
+
+    def __init__(
+        self, client_id: str, seq: int, procedure: str, args: list[Any], want_certified: bool
+    ) -> None:
+        self.client_id = client_id
+        self.seq = seq
+        self.procedure = procedure
+        self.args = args
+        self.want_certified = want_certified
+
+
+class Outcome(Message):
+    """The coordinator's answer. CERTIFIED may be followed by COMMITTED or ROLLED_BACK."""
+
+    __slots__ = ("detail", "result", "seq", "status", "vc")
+
+    def __init__(self, seq: int, status: int, result: Any, vc: VectorClock, detail: str) -> None:
+        self.seq = seq
+        self.status = status
+        self.result = result
+        self.vc = vc
+        self.detail = detail
+
+
+# ---- coordinator <-> participant -----------------------------------------------------------
+
+
+class ReadRequest(Message):
+    __slots__ = ("keys", "req_no", "scans", "txn_id")
+
+    def __init__(self, txn_id: int, req_no: int, keys: list[str], scans: list[ScanRange]) -> None:
+        self.txn_id = txn_id
+        self.req_no = req_no
+        self.keys = keys
+        self.scans = scans
+
+
+class ReadReply(Message):
+    __slots__ = ("items", "req_no", "scans", "shard", "txn_id", "watermark")
+
+    def __init__(
+        self,
+        txn_id: int,
+        req_no: int,
+        shard: int,
+        items: list[ReadItem],
+        scans: list[list[ReadItem]],
+        watermark: int,
+    ) -> None:
+        self.txn_id = txn_id
+        self.req_no = req_no
+        self.shard = shard
+        self.items = items
+        self.scans = scans
+        self.watermark = watermark
+
+
+class LockRequest(Message):
+    __slots__ = ("keys", "txn_id")
+
+    def __init__(self, txn_id: int, keys: list[str]) -> None:
+        self.txn_id = txn_id
+        self.keys = keys
+
+
+class LockReply(Message):
+    __slots__ = ("counter", "ok", "shard", "txn_id", "watermark")
+
+    def __init__(self, txn_id: int, shard: int, ok: bool, counter: int, watermark: int) -> None:
+        self.txn_id = txn_id
+        self.shard = shard
+        self.ok = ok
+        self.counter = counter
+        self.watermark = watermark
+
+
+class ValidateRequest(Message):
+    __slots__ = ("reads", "scans", "txn_id")
+
+    def __init__(
+        self, txn_id: int, reads: list[tuple[str, int]], scans: list[RecordedScan]
+    ) -> None:
+        self.txn_id = txn_id
+        self.reads = reads
+        self.scans = scans
+
+
+class ValidateReply(Message):
+    __slots__ = ("ok", "shard", "txn_id", "watermark")
+
+    def __init__(self, txn_id: int, shard: int, ok: bool, watermark: int) -> None:
+        self.txn_id = txn_id
+        self.shard = shard
+        self.ok = ok
+        self.watermark = watermark
+
+
+class InstallRequest(Message):
+    __slots__ = ("epoch", "txn_id", "vc", "writes")
+
+    def __init__(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
+        self.txn_id = txn_id
+        self.writes = writes
+        self.vc = vc
+        self.epoch = epoch
+
+
+class InstallReply(Message):
+    __slots__ = ("shard", "txn_id", "watermark")
+
+    def __init__(self, txn_id: int, shard: int, watermark: int) -> None:
+        self.txn_id = txn_id
+        self.shard = shard
+        self.watermark = watermark
+
+
+class AbortRequest(Message):
+    __slots__ = ("txn_id",)
+
+    def __init__(self, txn_id: int) -> None:
+        self.txn_id = txn_id
+
+
+class AbortReply(Message):
+    __slots__ = ("shard", "txn_id")
+
+    def __init__(self, txn_id: int, shard: int) -> None:
+        self.txn_id = txn_id
+        self.shard = shard
+
+
+class SoloRequest(Message):
+    """Lock, validate and install in one step at the only participant shard."""
+
+    __slots__ = ("epoch", "read_vc", "reads", "scans", "txn_id", "writes")
+
+    def __init__(
+        self,
+        txn_id: int,
+        reads: list[tuple[str, int]],
+        scans: list[RecordedScan],
+        writes: list[Write],
+        read_vc: VectorClock,
+        epoch: int,
+    ) -> None:
+        self.txn_id = txn_id
+        self.reads = reads
+        self.scans = scans
+        self.writes = writes
+        self.read_vc = read_vc
+        self.epoch = epoch
+
+
+class SoloReply(Message):
+    __slots__ = ("ok", "shard", "txn_id", "vc", "watermark")
+
+    def __init__(self, txn_id: int, shard: int, ok: bool, vc: VectorClock, watermark: int) -> None:
+        self.txn_id = txn_id
+        self.shard = shard
+        self.ok = ok
+        self.vc = vc
+        self.watermark = watermark
+
+
+class Gossip(Message):
+    """Periodic watermark exchange between shard leaders: ``{shard: watermark}``."""
+
+    __slots__ = ("shard", "watermarks")
+
+    def __init__(self, shard: int, watermarks: dict[int, int]) -> None:
+        self.shard = shard
+        self.watermarks = watermarks

@@ -1,0 +1,223 @@
+"""The participant side of certification at one shard leader (DESIGN.md §3).
+
+Theory of operation. A coordinator drives each transaction through, at most, three rounds
+with every participant shard:
+
+1. **lock** the shard's part of the write set, all or nothing, without waiting: a key
+   locked by another transaction fails the round. On success the shard draws the next value
+   of its counter (the lock and clock rounds merged: the value is drawn while the locks are
+   held, so no later reader of these writes can get a smaller clock).
+2. **validate** the shard's part of the read set once every shard holds its locks: each
+   version read must still be the newest, and no key read (or in a scanned range) may be
+   locked by another transaction. Validation is stateless: it holds at any moment while
+   the locks of the transaction are held, so a retransmitted request may be re-evaluated.
+3. **install** the writes as new versions tagged with the transaction's vector clock and
+   the epoch, release the locks and hand the counter to the durability layer; or **abort**:
+   release the locks and settle the counter as aborted.
+
+Every request is idempotent: a retransmitted lock gets the same counter, a retransmitted
+install is acknowledged, and a lock that arrives after its abort (reordering) is refused,
+because finished transactions are remembered (a bounded number of them).
+
+A transaction whose reads and writes are all on this shard is certified in one step
+(``certify_solo``): the same checks, done atomically, with no remote round at all.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+from store.core.messages import ReadItem, RecordedScan, ScanRange, Write
+from store.core.settings import Settings
+from store.core.storage import VersionedStore
+from store.core.vclock import EMPTY, VectorClock
+from store.core.watermark import ShardWatermark
+
+LOCKED = 1
+INSTALLED = 2
+ABORTED = 3
+
+# The durability layer is told of every install: (txn_id, counter, writes, vc). It settles
+# the counter in the shard watermark once the writes are durable.
+OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
+
+
+class _Held:
+    __slots__ = ("counter", "keys")
+
+    def __init__(self, keys: list[str], counter: int) -> None:
+        self.keys = keys
+        self.counter = counter
+
+
+class Participant:
+    def __init__(
+        self,
+        shard: int,
+        store: VersionedStore,
+        watermark: ShardWatermark,
+        settings: Settings,
+        on_installed: OnInstalled,
+        breaks: frozenset[str] = frozenset(),
+    ) -> None:
+        self.shard = shard
+        self.store = store
+        self.watermark = watermark
+        self.settings = settings
+        self._on_installed = on_installed
+        self._held: dict[int, _Held] = {}
+        self._finished: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        # Clocks of recent solo certifications, so a retransmitted solo request is answered
+        # with the first outcome.
+        self._solo_vcs: OrderedDict[int, VectorClock] = OrderedDict()
+        # Switches that turn one safety step off; only the simulator's --break uses them, to
+        # show that the checkers catch what each step prevents.
+        self._skip_validation = "validation" in breaks
+        self._skip_locking = "locking" in breaks
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    def read(self, keys: Iterable[str]) -> list[ReadItem]:
+        items: list[ReadItem] = []
+        latest = self.store.latest
+        for key in keys:
+            version = latest(key)
+            if version is None:
+                items.append((key, 0, None, False, EMPTY, 0))
+            else:
+                value = None if version.deleted else version.value
+                items.append((key, version.vid, value, version.deleted, version.vc, version.txn_id))
+        return items
+
+    def scan(self, lo: str, hi: str, limit: int) -> list[ReadItem]:
+        return [
+            (key, v.vid, v.value, False, v.vc, v.txn_id)
+            for key, v in self.store.scan(lo, hi, limit)
+        ]
+
+    def scan_many(self, scans: Iterable[ScanRange]) -> list[list[ReadItem]]:
+        return [self.scan(lo, hi, limit) for lo, hi, limit in scans]
+
+    # ---- certification -------------------------------------------------------------------
+
+    def lock(self, txn_id: int, keys: list[str]) -> tuple[bool, int]:
+        """Locks ``keys`` for ``txn_id`` and draws a counter; (ok, counter)."""
+        held = self._held.get(txn_id)
+        if held is not None:
+            return True, held.counter
+        finished = self._finished.get(txn_id)
+        if finished is not None:
+            state, counter = finished
+            return state == INSTALLED, counter
+        if not self._skip_locking and not self.store.try_lock_all(keys, txn_id):
+            return False, 0
+        counter = self.watermark.draw()
+        self._held[txn_id] = _Held(keys, counter)
+        return True, counter
+
+    def validate(
+        self, txn_id: int, reads: Iterable[tuple[str, int]], scans: Iterable[RecordedScan]
+    ) -> bool:
+        if self._skip_validation:
+            return True
+        store = self.store
+        check_locks = not self._skip_locking
+        for key, vid in reads:
+            version = store.latest(key)
+            if (version.vid if version is not None else 0) != vid:
+                return False
+            if check_locks:
+                owner = store.lock_owner(key)
+                if owner is not None and owner != txn_id:
+                    return False
+        for lo, hi, limit, seen in scans:
+            if store.scan_vids(lo, hi, limit) != seen:
+                return False
+            if check_locks:
+                if len(seen) >= limit:
+                    last_key = seen[-1][0]
+                    if store.range_locked_by_other(lo, last_key, txn_id, inclusive_hi=True):
+                        return False
+                elif store.range_locked_by_other(lo, hi, txn_id, inclusive_hi=False):
+                    return False
+        return True
+
+    def install(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
+        held = self._held.pop(txn_id, None)
+        if held is None:
+            # A retransmission of an install already done (or of one whose lock this shard
+            # never granted, which the coordinator never sends).
+            finished = self._finished.get(txn_id)
+            assert finished is None or finished[0] == INSTALLED, "install after abort"
+            return
+        assert vc[self.shard] >= held.counter, "install clock below the counter drawn"
+        self._apply(txn_id, writes, vc, epoch)
+        if not self._skip_locking:
+            self.store.unlock_all(held.keys, txn_id)
+        self._finish(txn_id, INSTALLED, held.counter)
+        self._on_installed(txn_id, held.counter, writes, vc)
+
+    def abort(self, txn_id: int) -> None:
+        held = self._held.pop(txn_id, None)
+        if held is None:
+            if txn_id not in self._finished:
+                self._finish(txn_id, ABORTED, 0)  # refuse a lock that arrives late
+            return
+        if not self._skip_locking:
+            self.store.unlock_all(held.keys, txn_id)
+        self.watermark.settle(held.counter)
+        self._finish(txn_id, ABORTED, held.counter)
+
+    def certify_solo(
+        self,
+        txn_id: int,
+        reads: Iterable[tuple[str, int]],
+        scans: Iterable[RecordedScan],
+        writes: list[Write],
+        read_vc: VectorClock,
+        epoch: int,
+    ) -> VectorClock | None:
+        """Certifies a transaction that only touches this shard; its vc, or None on abort."""
+        finished = self._finished.get(txn_id)
+        if finished is not None:  # a retransmitted solo request
+            return None if finished[0] == ABORTED else self._solo_vcs.get(txn_id)
+        if not self.validate(txn_id, reads, scans):
+            self._finish(txn_id, ABORTED, 0)
+            return None
+        if not writes:
+            return read_vc
+        keys = [key for key, _, _ in writes]
+        if not self._skip_locking and any(
+            (owner := self.store.lock_owner(key)) is not None and owner != txn_id for key in keys
+        ):
+            self._finish(txn_id, ABORTED, 0)
+            return None
+        counter = self.watermark.draw()
+        vc = read_vc.with_entry(self.shard, counter)
+        self._apply(txn_id, writes, vc, epoch)
+        self._finish(txn_id, INSTALLED, counter)
+        self._solo_vcs[txn_id] = vc
+        if len(self._solo_vcs) > self.settings.finished_txns_remembered_max:
+            self._solo_vcs.popitem(last=False)
+        self._on_installed(txn_id, counter, writes, vc)
+        return vc
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _apply(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
+        install = self.store.install
+        for key, value, deleted in writes:
+            install(key, value, deleted, vc, epoch, txn_id)
+
+    def _finish(self, txn_id: int, state: int, counter: int) -> None:
+        self._finished[txn_id] = (state, counter)
+        if len(self._finished) > self.settings.finished_txns_remembered_max:
+            self._finished.popitem(last=False)
+
+    def held_count(self) -> int:
+        return len(self._held)
+
+    def holds(self, txn_id: int) -> bool:
+        return txn_id in self._held
+

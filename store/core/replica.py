@@ -1,0 +1,256 @@
+"""The shard-leader replica: storage and certification composed into one pure object.
+
+This is the object the simulator drives and the server process adapts to real I/O
+(DESIGN.md §7): it takes messages and timer firings with ``now_ns`` and hands back, through
+``ready()``, the messages to send and the time it next wants to be woken. It does no I/O,
+reads no clock and draws no random numbers.
+
+Addresses are strings; ``peers[s]`` is the address of shard ``s``'s leader. Clients are any
+other address: an ``Outcome`` goes back to the address a ``Submit`` came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from store.core.coordinator import CertifiedObserver, Coordinator
+from store.core.messages import (
+    AbortReply,
+    AbortRequest,
+    Gossip,
+    InstallReply,
+    InstallRequest,
+    LockReply,
+    LockRequest,
+    Message,
+    Outcome,
+    ReadReply,
+    ReadRequest,
+    SoloReply,
+    SoloRequest,
+    Submit,
+    ValidateReply,
+    ValidateRequest,
+    Write,
+)
+from store.core.participant import Participant
+from store.core.partition import Partitioner
+from store.core.settings import DEFAULT_SETTINGS, Settings
+from store.core.storage import VersionedStore
+from store.core.txn import Procedures
+from store.core.vclock import EMPTY, VectorClock
+from store.core.watermark import ShardWatermark, VectorWatermark
+
+
+@dataclass(slots=True)
+class Ready:
+    """What the replica wants done: send ``messages`` (in order), wake it at ``wake_at``."""
+
+    messages: list[tuple[str, Message]] = field(default_factory=list)
+    wake_at: int | None = None
+
+
+class ShardLeader:
+    def __init__(
+        self,
+        shard: int,
+        peers: Sequence[str],
+        partitioner: Partitioner,
+        procedures: Procedures,
+        settings: Settings = DEFAULT_SETTINGS,
+        *,
+        breaks: frozenset[str] = frozenset(),
+        observer: CertifiedObserver | None = None,
+        now_ns: int = 0,
+    ) -> None:
+        assert 0 <= shard < len(peers)
+        self.shard = shard
+        self.address = peers[shard]
+        self.peers = list(peers)
+        self.settings = settings
+        self.store = VersionedStore()
+        self.watermark = ShardWatermark()
+        self.vw = VectorWatermark()
+        self.participant = Participant(
+            shard, self.store, self.watermark, settings, self._on_installed, breaks
+        )
+        self.coordinator = Coordinator(
+            shard,
+            shard,
+            partitioner,
+            self.participant,
+            procedures,
+            settings,
+            self.vw,
+            self._send_to_shard,
+            self._send_to_client,
+            observer,
+        )
+        self._outbox: list[tuple[str, Message]] = []
+        self._gossip_at = now_ns + settings.gossip_interval_ns
+        self._gc_at = now_ns + settings.gc_interval_ns
+        self._handlers: dict[type, Callable[[int, str, Message], None]] = {
+            Submit: self._on_submit,
+            ReadRequest: self._on_read_request,
+            ReadReply: self._on_read_reply,
+            LockRequest: self._on_lock_request,
+            LockReply: self._on_lock_reply,
+            ValidateRequest: self._on_validate_request,
+            ValidateReply: self._on_validate_reply,
+            InstallRequest: self._on_install_request,
+            InstallReply: self._on_install_reply,
+            AbortRequest: self._on_abort_request,
+            AbortReply: self._on_abort_reply,
+            SoloRequest: self._on_solo_request,
+            SoloReply: self._on_solo_reply,
+            Gossip: self._on_gossip,
+        }
+        self.dropped_messages = 0
+
+    # ---- entry points --------------------------------------------------------------------
+
+    def handle(self, now_ns: int, src: str, message: Message) -> None:
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            self.dropped_messages += 1
+            return
+        handler(now_ns, src, message)
+        self._refresh_watermark()
+
+    def tick(self, now_ns: int) -> None:
+        self.coordinator.on_timer(now_ns)
+        if now_ns >= self._gossip_at:
+            self._gossip_at = now_ns + self.settings.gossip_interval_ns
+            gossip = Gossip(self.shard, {self.shard: self.watermark.watermark})
+            for shard, address in enumerate(self.peers):
+                if shard != self.shard:
+                    self._outbox.append((address, gossip))
+        if now_ns >= self._gc_at:
+            self._gc_at = now_ns + self.settings.gc_interval_ns
+            self.store.collect_garbage(self.vw.entries)
+        self._refresh_watermark()
+
+    def ready(self) -> Ready:
+        messages, self._outbox = self._outbox, []
+        wake_at = min(self._gossip_at, self._gc_at)
+        retry_at = self.coordinator.next_deadline()
+        if retry_at is not None and retry_at < wake_at:
+            wake_at = retry_at
+        return Ready(messages, wake_at)
+
+    def preload(self, key: str, value: object) -> None:
+        """Loads a key before the cluster serves (an initial, durable version at clock 0)."""
+        self.store.install(key, value, False, EMPTY, 0, 0)
+
+    # ---- plumbing ------------------------------------------------------------------------
+
+    def _send_to_shard(self, shard: int, message: Message) -> None:
+        self._outbox.append((self.peers[shard], message))
+
+    def _send_to_client(self, address: str, outcome: Outcome) -> None:
+        self._outbox.append((address, outcome))
+
+    def _on_installed(self, txn_id: int, counter: int, writes: list[Write], vc: VectorClock) -> None:
+        # One region, no replication: an applied install is durable at once. The replication
+        # layer of DESIGN.md §4 replaces this with "settle when a majority accepted it".
+        self.watermark.settle(counter)
+
+    def _refresh_watermark(self) -> None:
+        if self.vw.learn(self.shard, self.watermark.watermark):
+            self.coordinator.check_commits()
+
+    def _learn(self, shard: int, watermark: int) -> None:
+        if self.vw.learn(shard, watermark):
+            self.coordinator.check_commits()
+
+    # ---- handlers ------------------------------------------------------------------------
+
+    def _on_submit(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, Submit)
+        self.coordinator.submit(now_ns, src, message)
+
+    def _on_read_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, ReadRequest)
+        participant = self.participant
+        self._outbox.append(
+            (
+                src,
+                ReadReply(
+                    message.txn_id,
+                    message.req_no,
+                    self.shard,
+                    participant.read(message.keys),
+                    participant.scan_many(message.scans),
+                    self.watermark.watermark,
+                ),
+            )
+        )
+
+    def _on_read_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, ReadReply)
+        self._learn(message.shard, message.watermark)
+        self.coordinator.on_read_reply(now_ns, message)
+
+    def _on_lock_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, LockRequest)
+        ok, counter = self.participant.lock(message.txn_id, message.keys)
+        reply = LockReply(message.txn_id, self.shard, ok, counter, self.watermark.watermark)
+        self._outbox.append((src, reply))
+
+    def _on_lock_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, LockReply)
+        self._learn(message.shard, message.watermark)
+        self.coordinator.on_lock_reply(now_ns, message)
+
+    def _on_validate_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, ValidateRequest)
+        ok = self.participant.validate(message.txn_id, message.reads, message.scans)
+        reply = ValidateReply(message.txn_id, self.shard, ok, self.watermark.watermark)
+        self._outbox.append((src, reply))
+
+    def _on_validate_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, ValidateReply)
+        self._learn(message.shard, message.watermark)
+        self.coordinator.on_validate_reply(now_ns, message)
+
+    def _on_install_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, InstallRequest)
+        self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
+        reply = InstallReply(message.txn_id, self.shard, self.watermark.watermark)
+        self._outbox.append((src, reply))
+
+    def _on_install_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, InstallReply)
+        self._learn(message.shard, message.watermark)
+        self.coordinator.on_install_reply(message)
+
+    def _on_abort_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, AbortRequest)
+        self.participant.abort(message.txn_id)
+        self._outbox.append((src, AbortReply(message.txn_id, self.shard)))
+
+    def _on_abort_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, AbortReply)
+        self.coordinator.on_abort_reply(message)
+
+    def _on_solo_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, SoloRequest)
+        vc = self.participant.certify_solo(
+            message.txn_id, message.reads, message.scans, message.writes, message.read_vc,
+            message.epoch,
+        )
+        reply = SoloReply(
+            message.txn_id, self.shard, vc is not None, vc or EMPTY, self.watermark.watermark
+        )
+        self._outbox.append((src, reply))
+
+    def _on_solo_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, SoloReply)
+        self._learn(message.shard, message.watermark)
+        self.coordinator.on_solo_reply(now_ns, message)
+
+    def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, Gossip)
+        if self.vw.learn_all(message.watermarks):
+            self.coordinator.check_commits()

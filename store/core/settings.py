@@ -1,0 +1,42 @@
+"""Every limit and timing of the core, named (STYLE.md: put a limit on everything)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+MS = 1_000_000  # nanoseconds per millisecond
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    key_bytes_max: int = 1024
+    value_bytes_max: int = 1 << 20
+    request_bytes_max: int = 4 << 20
+    ops_per_txn_max: int = 1024
+    reads_per_txn_max: int = 10_000
+    scan_limit_max: int = 10_000
+    procedure_args_max: int = 64
+    # Transactions a coordinator runs at once; past it new submissions get UNAVAILABLE.
+    txns_in_flight_max: int = 4096
+    # Retransmission of certification requests between shard leaders when a reply is lost.
+    peer_retry_ns: int = 20 * MS
+    # Lock/validate attempts before the coordinator gives up and aborts (safe: undecided).
+    peer_attempts_max: int = 50
+    # Watermark gossip between shard leaders (DESIGN.md §4).
+    gossip_interval_ns: int = 5 * MS
+    # Garbage collection of versions nobody can read.
+    gc_interval_ns: int = 50 * MS
+    # Outcomes remembered for client retries (exactly-once) and finished txns per participant.
+    outcomes_remembered_max: int = 100_000
+    finished_txns_remembered_max: int = 100_000
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown settings: {sorted(unknown)}")
+        return replace(self, **overrides)
+
+
+DEFAULT_SETTINGS = Settings()

@@ -1,0 +1,220 @@
+"""The versioned store of one shard leader (DESIGN.md §3).
+
+Theory of operation:
+
+* Data lives in tables of ordered keys (a ``SortedDict`` per table). Each key has a version
+  chain, oldest first. A version holds a value or a tombstone, the vector clock and epoch of
+  the transaction that wrote it, and a state: certified (visible, possibly speculative) or
+  rolled back (invisible, kept until garbage collection).
+* Every version has a store-unique id (``vid``); a read records ``(key, vid)``, with vid 0
+  for "no visible version". Validation compares the recorded vid with the current one.
+* Locks are per key and owned by one transaction id. A lock may be taken on a key that does
+  not exist yet (an insert), so lock ownership is kept apart from the chains, in a dict plus
+  a sorted set per table: scans check "no key in my range is locked by someone else" to
+  catch phantoms.
+* Garbage collection drops versions nobody can read: everything older than the newest
+  version that is at or below the durable watermark (older ones can neither be read nor
+  become visible again by rollback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sortedcontainers import SortedDict, SortedSet
+
+from store.core.partition import table_of
+from store.core.vclock import VectorClock
+
+CERTIFIED = 1
+ROLLED_BACK = 2
+
+
+class Version:
+    __slots__ = ("deleted", "epoch", "state", "txn_id", "value", "vc", "vid")
+
+    def __init__(
+        self, vid: int, value: Any, deleted: bool, vc: VectorClock, epoch: int, txn_id: int
+    ) -> None:
+        self.vid = vid
+        self.value = value
+        self.deleted = deleted
+        self.vc = vc
+        self.epoch = epoch
+        self.txn_id = txn_id
+        self.state = CERTIFIED
+
+    def __repr__(self) -> str:
+        shown = "<deleted>" if self.deleted else repr(self.value)
+        return f"Version(vid={self.vid}, {shown}, {self.vc}, state={self.state})"
+
+
+class VersionedStore:
+    """Tables of ordered keys with version chains and key locks. Pure, single-threaded."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, SortedDict] = {}
+        self._locks: dict[str, int] = {}
+        self._locked_by_table: dict[str, SortedSet] = {}
+        self._next_vid = 1
+        self._dirty: set[str] = set()
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def _chain(self, key: str) -> list[Version] | None:
+        table = self._tables.get(table_of(key))
+        if table is None:
+            return None
+        chain: list[Version] | None = table.get(key)
+        return chain
+
+    def latest(self, key: str) -> Version | None:
+        """The newest certified version (a tombstone counts), or None."""
+        chain = self._chain(key)
+        if not chain:
+            return None
+        for version in reversed(chain):
+            if version.state == CERTIFIED:
+                return version
+        return None
+
+    def latest_at_or_below(self, key: str, watermark: Mapping[int, int]) -> Version | None:
+        """The newest certified version whose clock is at or below ``watermark`` (snapshot)."""
+        chain = self._chain(key)
+        if not chain:
+            return None
+        for version in reversed(chain):
+            if version.state == CERTIFIED and version.vc.le_watermark(watermark):
+                return version
+        return None
+
+    def scan(self, lo: str, hi: str, limit: int) -> list[tuple[str, Version]]:
+        """Visible (non-deleted) latest versions of keys in [lo, hi), in key order."""
+        table = self._tables.get(table_of(lo))
+        if table is None or limit <= 0:
+            return []
+        found: list[tuple[str, Version]] = []
+        for key in table.irange(lo, hi, inclusive=(True, False)):
+            version = self.latest(key)
+            if version is not None and not version.deleted:
+                found.append((key, version))
+                if len(found) >= limit:
+                    break
+        return found
+
+    def scan_vids(self, lo: str, hi: str, limit: int) -> list[tuple[str, int]]:
+        return [(key, version.vid) for key, version in self.scan(lo, hi, limit)]
+
+    def key_count(self) -> int:
+        return sum(len(table) for table in self._tables.values())
+
+    def keys(self) -> list[str]:
+        return [key for name in sorted(self._tables) for key in self._tables[name]]
+
+    def chain(self, key: str) -> list[Version]:
+        return list(self._chain(key) or ())
+
+    # ---- locks ---------------------------------------------------------------------------
+
+    def lock_owner(self, key: str) -> int | None:
+        return self._locks.get(key)
+
+    def try_lock_all(self, keys: list[str], owner: int) -> bool:
+        """Locks every key or none (no waiting: a conflict fails at once)."""
+        locks = self._locks
+        for key in keys:
+            holder = locks.get(key)
+            if holder is not None and holder != owner:
+                return False
+        for key in keys:
+            if key not in locks:
+                locks[key] = owner
+                table = table_of(key)
+                locked = self._locked_by_table.get(table)
+                if locked is None:
+                    locked = self._locked_by_table[table] = SortedSet()
+                locked.add(key)
+        return True
+
+    def unlock_all(self, keys: list[str], owner: int) -> None:
+        locks = self._locks
+        for key in keys:
+            holder = locks.get(key)
+            if holder is None:
+                continue
+            assert holder == owner, f"lock on {key!r} held by {holder}, released by {owner}"
+            del locks[key]
+            self._locked_by_table[table_of(key)].discard(key)
+
+    def range_locked_by_other(self, lo: str, hi: str, owner: int, inclusive_hi: bool) -> bool:
+        locked = self._locked_by_table.get(table_of(lo))
+        if not locked:
+            return False
+        return any(
+            self._locks[key] != owner
+            for key in locked.irange(lo, hi, inclusive=(True, inclusive_hi))
+        )
+
+    def locked_count(self) -> int:
+        return len(self._locks)
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def install(
+        self, key: str, value: Any, deleted: bool, vc: VectorClock, epoch: int, txn_id: int
+    ) -> Version:
+        version = Version(self._next_vid, value, deleted, vc, epoch, txn_id)
+        self._next_vid += 1
+        table_name = table_of(key)
+        table = self._tables.get(table_name)
+        if table is None:
+            table = self._tables[table_name] = SortedDict()
+        chain = table.get(key)
+        if chain is None:
+            table[key] = [version]
+        else:
+            chain.append(version)
+        self._dirty.add(key)
+        return version
+
+    def roll_back(self, key: str, txn_id: int) -> bool:
+        """Marks the version ``txn_id`` wrote to ``key`` rolled back. True if one was."""
+        for version in self._chain(key) or ():
+            if version.txn_id == txn_id and version.state == CERTIFIED:
+                version.state = ROLLED_BACK
+                self._dirty.add(key)
+                return True
+        return False
+
+    def collect_garbage(self, watermark: Mapping[int, int]) -> int:
+        """Drops versions nobody can read; returns how many went. Only touches dirty keys."""
+        dropped = 0
+        still_dirty: set[str] = set()
+        for key in sorted(self._dirty):
+            chain = self._chain(key)
+            if not chain:
+                continue
+            keep_from = None
+            for index in range(len(chain) - 1, -1, -1):
+                version = chain[index]
+                if version.state == CERTIFIED and version.vc.le_watermark(watermark):
+                    keep_from = index
+                    break
+            if keep_from is None:
+                still_dirty.add(key)
+                continue
+            kept = [chain[keep_from]] + [
+                v for v in chain[keep_from + 1 :] if v.state == CERTIFIED
+            ]
+            if kept[0].deleted and len(kept) == 1 and key not in self._locks:
+                # A durable tombstone with nothing above it: the key is gone for good.
+                dropped += len(chain)
+                del self._tables[table_of(key)][key]
+                continue
+            dropped += len(chain) - len(kept)
+            chain[:] = kept
+            if len(kept) > 1:
+                still_dirty.add(key)
+        self._dirty = still_dirty
+        return dropped

@@ -1,0 +1,343 @@
+"""One-shot transactions: the ``tx`` API procedures see, and the built-in operations.
+
+A procedure is ``async def proc(tx, *args)``. It touches data only through ``tx``; it never
+does I/O itself. Every ``await tx.get(...)`` or ``await tx.scan(...)`` ends, at the bottom of
+the await chain, in ``yield ReadBatch(...)``: the coordinator drives the coroutine by hand
+with ``coro.send`` and fulfils each batch from the local store or by a message to the
+owning shard, so the same procedure runs unchanged under real I/O and in the simulator.
+
+Writes are buffered in the transaction and become visible only when it is certified; a
+procedure reads its own buffered writes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, NoReturn
+
+from store.core.errors import InvalidRequest, UnknownProcedure
+from store.core.settings import Settings
+
+Procedure = Callable[..., Awaitable[Any]]
+
+# The procedure name a Submit uses for a list of built-in operations.
+OPS_PROCEDURE = ""
+
+
+class UserAbort(Exception):
+    """Raised by ``tx.abort``: the procedure chose not to commit."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ReadBatch:
+    """What a procedure waits for: point reads and range scans, fulfilled together.
+
+    The coordinator answers with ``(values, scans)``: ``values[i]`` is the value of
+    ``keys[i]`` (None when absent) and ``scans[j]`` the ``[(key, value), ...]`` of scan j.
+    """
+
+    __slots__ = ("keys", "scans")
+
+    def __init__(self, keys: list[str], scans: list[tuple[str, str, int]]) -> None:
+        self.keys = keys
+        self.scans = scans
+
+    def __await__(self) -> Generator[ReadBatch, Any, Any]:
+        return (yield self)
+
+
+_DELETED = object()
+
+
+def check_key(key: object, settings: Settings) -> str:
+    if type(key) is not str:
+        raise InvalidRequest(f"keys are strings, got {type(key).__name__}")
+    if not key:
+        raise InvalidRequest("empty key")
+    if len(key) > settings.key_bytes_max or len(key.encode()) > settings.key_bytes_max:
+        raise InvalidRequest(f"key longer than {settings.key_bytes_max} bytes")
+    return key
+
+
+def value_size(value: object, depth: int = 0) -> int:
+    """Approximate encoded size of a value; raises InvalidRequest for unsupported types."""
+    if depth > 32:
+        raise InvalidRequest("value nested deeper than 32 levels")
+    if value is None or isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 64):
+            raise InvalidRequest("integers must fit in 64 bits")
+        return 9
+    if isinstance(value, float):
+        return 9
+    if isinstance(value, str):
+        return len(value.encode()) + 5
+    if isinstance(value, bytes):
+        return len(value) + 5
+    if isinstance(value, list | tuple):
+        return 5 + sum(value_size(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        total = 5
+        for key, item in value.items():
+            if type(key) is not str:
+                raise InvalidRequest("map keys in values must be strings")
+            total += len(key.encode()) + 5 + value_size(item, depth + 1)
+        return total
+    raise InvalidRequest(f"values of type {type(value).__name__} cannot be stored")
+
+
+def check_value(value: object, settings: Settings) -> None:
+    if value_size(value) > settings.value_bytes_max:
+        raise InvalidRequest(f"value larger than {settings.value_bytes_max} bytes")
+
+
+class Tx:
+    """The handle a procedure gets. Reads are awaited; writes are buffered."""
+
+    __slots__ = ("_settings", "writes")
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        # key -> (value, deleted); insertion order is the order of first write.
+        self.writes: dict[str, tuple[Any, bool]] = {}
+
+    async def get(self, key: str) -> Any:
+        """The value of ``key``, or None if it does not exist."""
+        check_key(key, self._settings)
+        buffered = self.writes.get(key)
+        if buffered is not None:
+            return None if buffered[1] else buffered[0]
+        values, _ = await ReadBatch([key], [])
+        return values[0]
+
+    async def get_many(self, keys: Sequence[str]) -> list[Any]:
+        """Values of several keys, read in one round per shard."""
+        for key in keys:
+            check_key(key, self._settings)
+        missing = [key for key in keys if key not in self.writes]
+        fetched: dict[str, Any] = {}
+        if missing:
+            values, _ = await ReadBatch(list(dict.fromkeys(missing)), [])
+            fetched = dict(zip(dict.fromkeys(missing), values, strict=True))
+        result = []
+        for key in keys:
+            buffered = self.writes.get(key)
+            if buffered is not None:
+                result.append(None if buffered[1] else buffered[0])
+            else:
+                result.append(fetched[key])
+        return result
+
+    async def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
+        """Key-value pairs with lo <= key < hi in key order, at most ``limit`` of them.
+
+        Both bounds must be in the same table (the part of the key before its first ``/``).
+        """
+        check_key(lo, self._settings)
+        check_key(hi, self._settings)
+        if type(limit) is not int or not 0 < limit <= self._settings.scan_limit_max:
+            raise InvalidRequest(f"scan limit must be 1..{self._settings.scan_limit_max}")
+        if lo.split("/", 1)[0] != hi.split("/", 1)[0]:
+            raise InvalidRequest("a scan's bounds must be in one table")
+        _, scans = await ReadBatch([], [(lo, hi, limit)])
+        found: list[tuple[str, Any]] = scans[0]
+        overlay = {k: w for k, w in self.writes.items() if lo <= k < hi}
+        if not overlay:
+            return found
+        merged = {key: value for key, value in found}
+        for key, (value, deleted) in overlay.items():
+            if deleted:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        # Own inserts past the store's limit-th key are still in range; keep the limit.
+        return sorted(merged.items())[:limit]
+
+    def put(self, key: str, value: Any) -> None:
+        check_key(key, self._settings)
+        check_value(value, self._settings)
+        self.writes.pop(key, None)
+        self.writes[key] = (value, False)
+        if len(self.writes) > self._settings.ops_per_txn_max:
+            raise InvalidRequest(f"more than {self._settings.ops_per_txn_max} writes")
+
+    def delete(self, key: str) -> None:
+        check_key(key, self._settings)
+        self.writes.pop(key, None)
+        self.writes[key] = (None, True)
+
+    def abort(self, reason: str = "aborted by the procedure") -> NoReturn:
+        """Ends the transaction without writing anything (not a conflict: no retry)."""
+        raise UserAbort(reason)
+
+    # Built-in read-modify-write helpers, used by the operation list and by procedures.
+
+    async def append(self, key: str, item: Any) -> list[Any]:
+        current = await self.get(key)
+        if current is None:
+            current = []
+        elif type(current) is not list:
+            raise InvalidRequest(f"append to {key!r}, which holds a {type(current).__name__}")
+        updated = [*current, item]
+        self.put(key, updated)
+        return updated
+
+    async def increment(self, key: str, delta: int = 1) -> int:
+        if type(delta) is not int:
+            raise InvalidRequest("increment delta must be an integer")
+        current = await self.get(key)
+        if current is None:
+            current = 0
+        elif type(current) is not int:
+            raise InvalidRequest(f"increment of {key!r}, which holds a {type(current).__name__}")
+        updated: int = current + delta
+        self.put(key, updated)
+        return updated
+
+    async def compare_and_set(self, key: str, expected: Any, new: Any) -> bool:
+        current = await self.get(key)
+        if current != expected:
+            return False
+        if new is None:
+            self.delete(key)
+        else:
+            self.put(key, new)
+        return True
+
+
+# ---- built-in operation lists --------------------------------------------------------------
+
+# name -> number of arguments after the op name
+OP_ARITY = {
+    "get": 1,
+    "put": 2,
+    "delete": 1,
+    "scan": 3,
+    "append": 2,
+    "cas": 3,
+    "increment": 2,
+}
+
+
+def check_ops(ops: object, settings: Settings) -> list[list[Any]]:
+    """Validates an operation list before anything runs; InvalidRequest if malformed."""
+    if type(ops) is not list:
+        raise InvalidRequest("operations must be a list")
+    if len(ops) > settings.ops_per_txn_max:
+        raise InvalidRequest(f"more than {settings.ops_per_txn_max} operations")
+    checked: list[list[Any]] = []
+    for op in ops:
+        if type(op) not in (list, tuple) or not op or type(op[0]) is not str:
+            raise InvalidRequest("each operation is a list: [name, args...]")
+        arity = OP_ARITY.get(op[0])
+        if arity is None:
+            raise InvalidRequest(f"unknown operation {op[0]!r}; known: {sorted(OP_ARITY)}")
+        if len(op) != arity + 1:
+            raise InvalidRequest(f"operation {op[0]!r} takes {arity} arguments")
+        check_key(op[1], settings)
+        name = op[0]
+        if name in ("put", "append"):
+            check_value(op[2], settings)
+        elif name == "cas":
+            check_value(op[2], settings)
+            check_value(op[3], settings)
+        elif name == "scan":
+            check_key(op[2], settings)
+            if type(op[3]) is not int or not 0 < op[3] <= settings.scan_limit_max:
+                raise InvalidRequest(f"scan limit must be 1..{settings.scan_limit_max}")
+        elif name == "increment" and type(op[2]) is not int:
+            raise InvalidRequest("increment delta must be an integer")
+        checked.append(list(op))
+    return checked
+
+
+async def run_ops(tx: Tx, ops: list[list[Any]]) -> list[Any]:
+    """Runs a built-in operation list; one result per operation.
+
+    Point reads at the start of the list are fetched in one batch, so a read-only list of
+    gets costs one round per shard.
+    """
+    leading_gets = []
+    for op in ops:
+        if op[0] != "get":
+            break
+        leading_gets.append(op[1])
+    results: list[Any] = []
+    if leading_gets:
+        results.extend(await tx.get_many(leading_gets))
+    for op in ops[len(leading_gets) :]:
+        name = op[0]
+        if name == "get":
+            results.append(await tx.get(op[1]))
+        elif name == "put":
+            tx.put(op[1], op[2])
+            results.append(None)
+        elif name == "delete":
+            tx.delete(op[1])
+            results.append(None)
+        elif name == "scan":
+            results.append([list(pair) for pair in await tx.scan(op[1], op[2], op[3])])
+        elif name == "append":
+            await tx.append(op[1], op[2])
+            results.append(None)
+        elif name == "cas":
+            results.append(await tx.compare_and_set(op[1], op[2], op[3]))
+        else:
+            assert name == "increment"
+            results.append(await tx.increment(op[1], op[2]))
+    return results
+
+
+class Procedures:
+    """Registered procedures by name; the same registry is loaded on every server."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Procedure] = {}
+        self._signatures: dict[str, inspect.Signature] = {}
+
+    def register(self, name: str, procedure: Procedure) -> None:
+        if not name or name == OPS_PROCEDURE:
+            raise ValueError("a procedure needs a non-empty name")
+        if not inspect.iscoroutinefunction(procedure):
+            raise TypeError(f"procedure {name!r} must be an async def")
+        self._by_name[name] = procedure
+        self._signatures[name] = inspect.signature(procedure)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def start(self, name: str, tx: Tx, args: list[Any], settings: Settings) -> Any:
+        """Creates the procedure's coroutine; InvalidRequest if it cannot be called so."""
+        if type(args) is not list:
+            raise InvalidRequest("procedure arguments must be a list")
+        if name == OPS_PROCEDURE:
+            if len(args) != 1:
+                raise InvalidRequest("an operation list is one argument")
+            return run_ops(tx, check_ops(args[0], settings))
+        procedure = self._by_name.get(name)
+        if procedure is None:
+            raise UnknownProcedure(f"no procedure named {name!r}")
+        if len(args) > settings.procedure_args_max:
+            raise InvalidRequest(f"more than {settings.procedure_args_max} arguments")
+        for arg in args:
+            value_size(arg)
+        try:
+            self._signatures[name].bind(tx, *args)
+        except TypeError as exc:
+            raise InvalidRequest(f"wrong arguments for {name!r}: {exc}") from None
+        return procedure(tx, *args)
+
+
+def procedure(registry: Procedures, name: str | None = None) -> Callable[[Procedure], Procedure]:
+    """Decorator: ``@procedure(registry)`` registers an ``async def`` under its name."""
+
+    def register(function: Procedure) -> Procedure:
+        registry.register(name or function.__name__, function)
+        return function
+
+    return register

@@ -1,0 +1,180 @@
+"""Sparse per-shard vector clocks (DESIGN.md §3, §4).
+
+A vector clock maps shard number to the value of that shard's counter. A shard that is
+absent means 0, so a clock only carries the shards a transaction really depends on. Clocks
+are immutable once built: versions in the store share them.
+
+The invariant everything relies on (Mako §4.2): if T1 read-depends on T2, directly or
+transitively, then ``vc(T1) >= vc(T2)`` entry by entry. The certification core asserts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from store.core.errors import InvalidRequest
+
+
+class VectorClock:
+    """An immutable sparse vector clock: shard -> counter, absent shards are 0."""
+
+    __slots__ = ("_entries",)
+
+    _entries: dict[int, int]
+
+    def __init__(self, entries: Mapping[int, int] | None = None) -> None:
+        cleaned: dict[int, int] = {}
+        if entries:
+            for shard, counter in entries.items():
+                if counter:
+                    cleaned[shard] = counter
+        self._entries = cleaned
+
+    @classmethod
+    def _of(cls, entries: dict[int, int]) -> VectorClock:
+        """Wraps a dict the caller gives up (no zeros in it); no copy."""
+        clock = cls.__new__(cls)
+        clock._entries = entries
+        return clock
+
+    def __getitem__(self, shard: int) -> int:
+        return self._entries.get(shard, 0)
+
+    def items(self) -> Iterable[tuple[int, int]]:
+        return self._entries.items()
+
+    def shards(self) -> Iterable[int]:
+        return self._entries.keys()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VectorClock) and self._entries == other._entries
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._entries.items())))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{s}:{c}" for s, c in sorted(self._entries.items()))
+        return f"VC({inner})"
+
+    def merge(self, other: VectorClock) -> VectorClock:
+        """Element-wise maximum."""
+        if not other._entries:
+            return self
+        if not self._entries:
+            return other
+        merged = dict(self._entries)
+        for shard, counter in other._entries.items():
+            if counter > merged.get(shard, 0):
+                merged[shard] = counter
+        return VectorClock._of(merged)
+
+    def with_entry(self, shard: int, counter: int) -> VectorClock:
+        """This clock with ``shard`` raised to at least ``counter``."""
+        if counter <= self._entries.get(shard, 0):
+            return self
+        merged = dict(self._entries)
+        merged[shard] = counter
+        return VectorClock._of(merged)
+
+    def __le__(self, other: VectorClock) -> bool:
+        """Dominance: every entry of self is at or below other's."""
+        theirs = other._entries
+        return all(counter <= theirs.get(shard, 0) for shard, counter in self._entries.items())
+
+    def __ge__(self, other: VectorClock) -> bool:
+        return other.__le__(self)
+
+    def le_watermark(self, watermark: Mapping[int, int]) -> bool:
+        """True when every entry is at or below the (vector) watermark: durable."""
+        return all(counter <= watermark.get(shard, 0) for shard, counter in self._entries.items())
+
+    def above(self, watermark: Mapping[int, int]) -> VectorClock:
+        """Sparse form: drop entries at or below a known watermark (DESIGN.md §4).
+
+        An entry at or below the watermark is already durable, so it carries no information
+        for the durability decision; dropping it keeps metadata proportional to the real
+        dependency footprint instead of the number of shards.
+        """
+        kept = {s: c for s, c in self._entries.items() if c > watermark.get(s, 0)}
+        if len(kept) == len(self._entries):
+            return self
+        return VectorClock._of(kept)
+
+    def to_wire(self) -> list[int]:
+        """Flat [shard, counter, shard, counter, ...] sorted by shard (msgpack-friendly)."""
+        flat: list[int] = []
+        for shard, counter in sorted(self._entries.items()):
+            flat.append(shard)
+            flat.append(counter)
+        return flat
+
+    @classmethod
+    def from_wire(cls, flat: object) -> VectorClock:
+        if not isinstance(flat, list) or len(flat) % 2:
+            raise InvalidRequest("vector clock must be a flat list of shard, counter pairs")
+        entries: dict[int, int] = {}
+        for i in range(0, len(flat), 2):
+            shard, counter = flat[i], flat[i + 1]
+            if type(shard) is not int or type(counter) is not int or shard < 0 or counter < 0:
+                raise InvalidRequest("vector clock entries must be non-negative integers")
+            if counter:
+                entries[shard] = counter
+        return cls._of(entries)
+
+    def encode(self) -> bytes:
+        """Compact binary encoding: LEB128 varints, count then (shard delta, counter) pairs."""
+        out = bytearray()
+        _put_varint(out, len(self._entries))
+        previous = 0
+        for shard, counter in sorted(self._entries.items()):
+            _put_varint(out, shard - previous)
+            _put_varint(out, counter)
+            previous = shard
+        return bytes(out)
+
+    @classmethod
+    def decode(cls, data: bytes) -> VectorClock:
+        count, pos = _get_varint(data, 0)
+        if count > len(data):
+            raise InvalidRequest("vector clock encoding claims more entries than bytes")
+        entries: dict[int, int] = {}
+        shard = 0
+        for _ in range(count):
+            delta, pos = _get_varint(data, pos)
+            counter, pos = _get_varint(data, pos)
+            shard += delta
+            if counter:
+                entries[shard] = counter
+        if pos != len(data):
+            raise InvalidRequest("trailing bytes after vector clock")
+        return cls._of(entries)
+
+
+EMPTY = VectorClock()
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    assert value >= 0
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _get_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data):
+            raise InvalidRequest("truncated varint in vector clock")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise InvalidRequest("varint too long in vector clock")

@@ -1,0 +1,1 @@
+"""Deterministic simulation: whole clusters in one thread on virtual time (DESIGN.md §8)."""

@@ -1,0 +1,248 @@
+"""Running simulated clusters: one seed, or many, each history checked.
+
+``run_seed`` builds a cluster of shard leaders and clients on a fresh simulator, runs the
+workload under the requested faults, lets the system settle with the faults healed, and
+checks what happened:
+
+* the history, with the list-append (Elle-style) or the bank checker;
+* the vector-clock dominance invariant of DESIGN.md §3, on every certification;
+* that no lock is left held once the load has stopped (every abort path releases what it
+  took).
+
+A failing seed is reported with the command that replays it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jepsen.checkers.bank import check_bank
+from jepsen.history import write_history
+from store.core.partition import Partitioner
+from store.core.replica import ShardLeader
+from store.core.settings import DEFAULT_SETTINGS
+from store.core.txn import Procedures
+from store.core.vclock import VectorClock
+from store.sim.client import History, SimClient
+from store.sim.host import ReplicaHost
+from store.sim.loop import Simulator
+from store.sim.network import MS, Faults, Network
+from store.sim.workloads import WORKLOADS, Bank, register_bank
+
+BREAKABLE_STEPS = ("validation", "locking")
+
+
+@dataclass
+class SimOptions:
+    shards: int = 3
+    clients: int = 8
+    workload: str = "list-append"
+    loss: float = 0.0
+    duplicate: float | None = None  # default: the loss rate, and 0.02 when loss is 0
+    reorder: float | None = None  # default: 0.05
+    duration_ms: int = 400
+    settle_ms: int = 6000
+    partitions: bool = False
+    break_step: str | None = None
+
+    def faults(self) -> Faults:
+        duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
+        reorder = self.reorder if self.reorder is not None else 0.05
+        return Faults(loss=self.loss, duplicate=duplicate, reorder=reorder)
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    transactions: int
+    committed: int
+    failed: int
+    indeterminate: int
+    cross_shard: int
+    anomalies: int
+    anomaly_kinds: list[str]
+    details: dict[str, Any] = field(default_factory=dict)
+    history_path: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.anomalies == 0
+
+
+class _DominanceCheck:
+    """Checks vc(T) >= vc(W) for every version W that T read (Mako §4.2), as it happens."""
+
+    def __init__(self) -> None:
+        self.clocks: dict[int, VectorClock] = {}
+        self.violations: list[str] = []
+
+    def __call__(self, txn_id: int, vc: VectorClock, read_from: list[int]) -> None:
+        for writer in read_from:
+            writer_vc = self.clocks.get(writer)
+            if writer_vc is not None and not writer_vc <= vc:
+                self.violations.append(f"txn {txn_id} {vc} read from {writer} {writer_vc}")
+        self.clocks[txn_id] = vc
+
+
+def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> SeedResult:
+    if options.break_step is not None and options.break_step not in BREAKABLE_STEPS:
+        raise ValueError(f"--break takes one of {BREAKABLE_STEPS}")
+    sim = Simulator(seed)
+    network = Network(sim, options.faults())
+    partitioner = Partitioner(options.shards)
+    procedures = Procedures()
+    register_bank(procedures)
+    leaders = [f"leader/{s}" for s in range(options.shards)]
+    breaks = frozenset({options.break_step}) if options.break_step else frozenset()
+    dominance = _DominanceCheck()
+    hosts = []
+    for shard in range(options.shards):
+        replica = ShardLeader(
+            shard, leaders, partitioner, procedures, DEFAULT_SETTINGS,
+            breaks=breaks, observer=dominance,
+        )
+        host = ReplicaHost(sim, network, replica)
+        network.add(replica.address, host)
+        hosts.append(host)
+
+    workload = WORKLOADS[options.workload](sim.rng)
+    if isinstance(workload, Bank):
+        for key, balance in workload.initial_data().items():
+            hosts[partitioner.shard_of(key)].replica.preload(key, balance)
+
+    history = History()
+    stop_at = options.duration_ms * MS
+    clients = [
+        SimClient(sim, network, history, i, options.clients, workload, partitioner, leaders, stop_at)
+        for i in range(options.clients)
+    ]
+    for host in hosts:
+        host.start()
+    for client in clients:
+        client.start()
+    if options.partitions:
+        _schedule_partitions(sim, network, leaders, stop_at)
+
+    sim.run_until(stop_at)
+    network.heal()
+    network.faults = Faults()
+    sim.run_until(stop_at + options.settle_ms * MS)
+
+    kinds: dict[str, int] = {}
+    details: dict[str, Any] = {}
+    if options.workload == "bank":
+        assert isinstance(workload, Bank)
+        verdict = check_bank(history.ops, total=workload.total)
+        if not verdict["valid"]:
+            for kind in verdict["error_types"]:
+                kinds[kind] = kinds.get(kind, 0) + 1
+            details["bank"] = verdict["first_error"]
+    else:
+        from jepsen.checkers.list_append import check_list_append
+
+        verdict = check_list_append(history.ops)
+        if not verdict["valid"]:
+            for kind in verdict["anomaly_types"]:
+                kinds[kind] = kinds.get(kind, 0) + len(verdict["anomalies"][kind])
+            details["not"] = sorted(verdict.get("not", []))
+    if dominance.violations:
+        kinds["vc-dominance"] = len(dominance.violations)
+        details["vc-dominance"] = dominance.violations[:3]
+    leaked = sum(host.replica.store.locked_count() for host in hosts)
+    if leaked:
+        kinds["leaked-locks"] = leaked
+    stuck = [c.address for c in clients if c.current is not None]
+    if stuck:
+        kinds["client-never-answered"] = len(stuck)
+
+    history_path = None
+    if out_dir is not None:
+        seed_dir = out_dir / str(seed)
+        seed_dir.mkdir(parents=True, exist_ok=True)
+        write_history(seed_dir / "history.edn", history.ops)
+        history_path = str(seed_dir / "history.edn")
+
+    counts = {k: sum(c.counts[k] for c in clients) for k in clients[0].counts}
+    return SeedResult(
+        seed=seed,
+        transactions=counts["ok"] + counts["fail"] + counts["info"],
+        committed=counts["ok"],
+        failed=counts["fail"],
+        indeterminate=counts["info"],
+        cross_shard=counts["cross_shard"],
+        anomalies=sum(kinds.values()),
+        anomaly_kinds=sorted(kinds),
+        details=details,
+        history_path=history_path,
+    )
+
+
+def _schedule_partitions(sim: Simulator, network: Network, leaders: list[str], stop_at: int) -> None:
+    """A nemesis: now and then cut one leader off from the others for a while, then heal."""
+
+    def strike() -> None:
+        if sim.now_ns >= stop_at:
+            return
+        victim = sim.rng.choice(leaders)
+        network.partition([victim], [a for a in network.addresses() if a != victim])
+        sim.after(sim.rng.randrange(20 * MS, 120 * MS), heal)
+
+    def heal() -> None:
+        network.heal()
+        sim.after(sim.rng.randrange(50 * MS, 200 * MS), strike)
+
+    sim.after(sim.rng.randrange(20 * MS, 100 * MS), strike)
+
+
+def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
+    results = [run_seed(seed, options, out_dir) for seed in seeds]
+    return summarize(results, options)
+
+
+def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
+    kinds: dict[str, int] = {}
+    for result in results:
+        for kind in result.anomaly_kinds:
+            kinds[kind] = kinds.get(kind, 0) + 1
+    failing = [r for r in results if not r.valid]
+    transactions = sum(r.transactions for r in results)
+    summary: dict[str, Any] = {
+        "seeds": len(results),
+        "histories_checked": len(results),
+        "workload": options.workload,
+        "shards": options.shards,
+        "loss": options.loss,
+        "break": options.break_step,
+        "transactions": transactions,
+        "transactions_committed": sum(r.committed for r in results),
+        "transactions_failed": sum(r.failed for r in results),
+        "transactions_indeterminate": sum(r.indeterminate for r in results),
+        "cross_shard_fraction": round(sum(r.cross_shard for r in results) / max(transactions, 1), 4),
+        "anomalies": sum(r.anomalies for r in results),
+        "anomaly_kinds": sorted(kinds),
+        "seeds_with_anomalies": {kind: count for kind, count in sorted(kinds.items())},
+        "failing_seeds": [r.seed for r in failing][:20],
+    }
+    if failing:
+        first = failing[0]
+        summary["first_failure"] = {**asdict(first), "replay": replay_command(first.seed, options)}
+    return summary
+
+
+def replay_command(seed: int, options: SimOptions) -> str:
+    parts = [
+        "meridian sim", f"--seed {seed}", f"--shards {options.shards}",
+        f"--workload {options.workload}", f"--loss {options.loss}", f"--clients {options.clients}",
+    ]
+    if options.partitions:
+        parts.append("--partitions")
+    if options.break_step:
+        parts.append(f"--break {options.break_step}")
+    return " ".join(parts)
+
+
+def dumps(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, sort_keys=False)
