@@ -17,6 +17,11 @@ def table_of(key: str) -> str:
     return key[:slash] if slash >= 0 else ""
 
 
+def table_end(table: str) -> str:
+    """The least key above every key of ``table`` ('0' follows '/')."""
+    return table + "0"
+
+
 class Partitioner:
     """Maps keys to shards. Subclasses may place ranges (for scans) on one shard."""
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, NoReturn
 
 from store.core.errors import InvalidRequest, UnknownProcedure
+from store.core.partition import table_end, table_of
 from store.core.settings import Settings
 
 Procedure = Callable[..., Awaitable[Any]]
@@ -136,14 +137,15 @@ class Tx:
     async def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
         """Key-value pairs with lo <= key < hi in key order, at most ``limit`` of them.
 
-        Both bounds must be in the same table (the part of the key before its first ``/``).
+        The range must lie in one table (the part of a key before its first ``/``):
+        ``scan("stock/", "stock0")`` covers the whole ``stock`` table.
         """
         check_key(lo, self._settings)
         check_key(hi, self._settings)
         if type(limit) is not int or not 0 < limit <= self._settings.scan_limit_max:
             raise InvalidRequest(f"scan limit must be 1..{self._settings.scan_limit_max}")
-        if lo.split("/", 1)[0] != hi.split("/", 1)[0]:
-            raise InvalidRequest("a scan's bounds must be in one table")
+        if "/" not in lo or hi > table_end(table_of(lo)):
+            raise InvalidRequest("a scan's range must lie in one table (keys 'table/...')")
         _, scans = await ReadBatch([], [(lo, hi, limit)])
         found: list[tuple[str, Any]] = scans[0]
         overlay = {k: w for k, w in self.writes.items() if lo <= k < hi}
