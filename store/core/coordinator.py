@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from store.core.errors import InvalidRequest, Status
+from store.core.errors import InvalidRequest, Status, UnknownProcedure
 from store.core.messages import (
     AbortReply,
     AbortRequest,
@@ -183,6 +183,9 @@ class Coordinator:
         txn = _Txn(txn_id, submit, src, tx)
         try:
             txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
+        except UnknownProcedure as exc:
+            self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(exc), remember=True)
+            return
         except InvalidRequest as exc:
             self._finish_client(txn, Status.INVALID, None, str(exc), remember=True)
             return

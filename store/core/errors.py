@@ -57,6 +57,7 @@ class Status(enum.IntEnum):
     PROCEDURE_FAILED = 6  # the procedure raised
     ROLLED_BACK = 7  # recovery rolled it back
     UNAVAILABLE = 8  # the server cannot serve it now (overload, shutting down)
+    UNKNOWN_PROCEDURE = 9  # no procedure of that name; nothing changed
 
 
 FINAL_STATUSES = frozenset(Status) - {Status.CERTIFIED}
@@ -68,4 +69,5 @@ ERROR_OF_STATUS: dict[Status, type[MeridianError]] = {
     Status.PROCEDURE_FAILED: ProcedureFailed,
     Status.ROLLED_BACK: RolledBack,
     Status.UNAVAILABLE: Unavailable,
+    Status.UNKNOWN_PROCEDURE: UnknownProcedure,
 }
