@@ -1,0 +1,539 @@
+/*
+ * CPython binding of the Meridian RPC core (store.rpc._native), plus the UDP adapter's batched
+ * system calls (recvmmsg / sendmmsg), so that Python sees whole messages only.
+ *
+ * The binding is deliberately thin: it converts arguments, turns core events into tuples and
+ * moves datagrams between the core's queues and a socket or Python bytes. All protocol logic
+ * lives in mr_core.c, which has no Python in it.
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "mr_core.h"
+
+#define MR_UDP_BATCH 64u
+
+typedef struct {
+    PyObject_HEAD mr_core *core;
+    /* recvmmsg scratch: MR_UDP_BATCH buffers of mtu_bytes + 1 (to detect oversize). */
+    uint8_t *rxbuf;
+    struct mmsghdr *rxmsgs;
+    struct iovec *rxiov;
+    struct sockaddr_storage *rxaddr;
+} CoreObject;
+
+static void Core_dealloc(CoreObject *self) {
+    mr_core_free(self->core);
+    PyMem_Free(self->rxbuf);
+    PyMem_Free(self->rxmsgs);
+    PyMem_Free(self->rxiov);
+    PyMem_Free(self->rxaddr);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Core_init(CoreObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"mtu_bytes",          "session_credits",  "session_req_window",
+                             "rto_ns",             "msg_size_max",     "sessions_max",
+                             "server_credits_max", "session_timeout_ns", "backlog_max",
+                             "tx_queue_max",       "seed",             NULL};
+    mr_settings s;
+    mr_settings_default(&s);
+    unsigned long long rto = s.rto_ns, timeout = s.session_timeout_ns, seed = s.seed;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIK", kwlist, &s.mtu_bytes,
+                                     &s.session_credits, &s.session_req_window, &rto,
+                                     &s.msg_size_max, &s.sessions_max, &s.server_credits_max,
+                                     &timeout, &s.backlog_max, &s.tx_queue_max, &seed))
+        return -1;
+    s.rto_ns = rto;
+    s.session_timeout_ns = timeout;
+    s.seed = seed;
+    const char *bad = mr_settings_check(&s);
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return -1;
+    }
+    if (self->core != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core already initialised");
+        return -1;
+    }
+    self->core = mr_core_new(&s);
+    if (self->core == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static int ready(CoreObject *self) {
+    if (self->core == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core not initialised");
+        return 0;
+    }
+    return 1;
+}
+
+/* Drain the core's events into a list of tuples. */
+static PyObject *take_events(mr_core *c) {
+    uint32_t n = mr_core_event_count(c);
+    PyObject *list = PyList_New(n);
+    if (list == NULL) return NULL;
+    mr_event *ev = mr_core_events(c);
+    uint32_t i = 0;
+    for (; i < n; i++) {
+        mr_event *e = &ev[i];
+        PyObject *t = NULL;
+        switch (e->kind) {
+        case MR_EV_REQUEST:
+            t = Py_BuildValue("(iiKiy#)", MR_EV_REQUEST, (int)e->session,
+                              (unsigned long long)e->id, (int)e->req_type,
+                              e->data ? (const char *)e->data : "", (Py_ssize_t)e->size);
+            break;
+        case MR_EV_RESPONSE:
+            t = Py_BuildValue("(iKiy#)", MR_EV_RESPONSE, (unsigned long long)e->id,
+                              (int)e->req_type, e->data ? (const char *)e->data : "",
+                              (Py_ssize_t)e->size);
+            break;
+        case MR_EV_FAILED:
+            t = Py_BuildValue("(iKi)", MR_EV_FAILED, (unsigned long long)e->id, (int)e->code);
+            break;
+        default:
+            t = Py_BuildValue("(iii)", MR_EV_SESSION, (int)e->session, (int)e->code);
+            break;
+        }
+        free(e->data);
+        e->data = NULL;
+        if (t == NULL) {
+            i++;
+            break;
+        }
+        PyList_SET_ITEM(list, i, t);
+    }
+    if (i < n || PyErr_Occurred()) {
+        /* Conversion failed (out of memory): free what is left and report the error. */
+        for (uint32_t k = i; k < n; k++) free(ev[k].data);
+        mr_core_events_consume(c, n);
+        Py_DECREF(list);
+        return NULL;
+    }
+    mr_core_events_consume(c, n);
+    return list;
+}
+
+static PyObject *Core_take_events(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    return take_events(self->core);
+}
+
+static PyObject *Core_create_session(CoreObject *self, PyObject *args) {
+    Py_buffer addr;
+    unsigned long long now;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*K", &addr, &now)) return NULL;
+    int r = (addr.len > 0 && addr.len <= MR_ADDR_MAX)
+                ? mr_core_create_session(self->core, addr.buf, (uint32_t)addr.len, now)
+                : -MR_ERR_BAD_ARGUMENT;
+    PyBuffer_Release(&addr);
+    return PyLong_FromLong(r);
+}
+
+static PyObject *Core_destroy_session(CoreObject *self, PyObject *args) {
+    int session;
+    unsigned long long now;
+    if (!ready(self) || !PyArg_ParseTuple(args, "iK", &session, &now)) return NULL;
+    return PyLong_FromLong(mr_core_destroy_session(self->core, session, now));
+}
+
+static PyObject *Core_enqueue_request(CoreObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* (session, req_type, payload, tag, now_ns): vectorcall-style for the hot path. */
+    if (!ready(self)) return NULL;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "enqueue_request(session, req_type, payload, tag, now_ns)");
+        return NULL;
+    }
+    long session = PyLong_AsLong(args[0]);
+    long req_type = PyLong_AsLong(args[1]);
+    unsigned long long tag = PyLong_AsUnsignedLongLong(args[3]);
+    unsigned long long now = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (req_type < 0 || req_type > 255) {
+        PyErr_SetString(PyExc_ValueError, "req_type must be in [0, 255]");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[2], &buf, PyBUF_SIMPLE) != 0) return NULL;
+    int r;
+    if ((unsigned long long)buf.len > 0xFFFFFFFFull)
+        r = -MR_ERR_TOO_LARGE;
+    else
+        r = mr_core_enqueue_request(self->core, (int)session, (uint8_t)req_type, buf.buf,
+                                    (uint32_t)buf.len, tag, now);
+    PyBuffer_Release(&buf);
+    return PyLong_FromLong(r);
+}
+
+static PyObject *Core_respond(CoreObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* (session, req_num, status, payload, now_ns) */
+    if (!ready(self)) return NULL;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "respond(session, req_num, status, payload, now_ns)");
+        return NULL;
+    }
+    long session = PyLong_AsLong(args[0]);
+    unsigned long long req_num = PyLong_AsUnsignedLongLong(args[1]);
+    long status = PyLong_AsLong(args[2]);
+    unsigned long long now = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (status < 0 || status > 255) {
+        PyErr_SetString(PyExc_ValueError, "status must be in [0, 255]");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[3], &buf, PyBUF_SIMPLE) != 0) return NULL;
+    int r;
+    if ((unsigned long long)buf.len > 0xFFFFFFFFull)
+        r = -MR_ERR_TOO_LARGE;
+    else
+        r = mr_core_respond(self->core, (int)session, req_num, (uint8_t)status, buf.buf,
+                            (uint32_t)buf.len, now);
+    PyBuffer_Release(&buf);
+    return PyLong_FromLong(r);
+}
+
+static PyObject *Core_feed(CoreObject *self, PyObject *args) {
+    Py_buffer addr, pkt;
+    unsigned long long now;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*y*K", &addr, &pkt, &now)) return NULL;
+    mr_core_rx(self->core, addr.buf, (uint32_t)(addr.len > MR_ADDR_MAX ? MR_ADDR_MAX + 1 : addr.len),
+               pkt.buf, (size_t)pkt.len, now);
+    PyBuffer_Release(&addr);
+    PyBuffer_Release(&pkt);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_tick(CoreObject *self, PyObject *arg) {
+    if (!ready(self)) return NULL;
+    unsigned long long now = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    mr_core_tick(self->core, now);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_next_deadline(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    uint64_t d = mr_core_deadline(self->core);
+    if (d == UINT64_MAX) return PyLong_FromLong(-1);
+    return PyLong_FromUnsignedLongLong(d);
+}
+
+static PyObject *Core_pending_packets(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    return PyLong_FromUnsignedLong(mr_core_tx_count(self->core));
+}
+
+static PyObject *Core_take_packets(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    uint32_t n = mr_core_tx_count(self->core);
+    PyObject *list = PyList_New(n);
+    if (list == NULL) return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len, alen;
+        const uint8_t *addr;
+        const uint8_t *p = mr_core_tx_packet(self->core, i, &len, &addr, &alen);
+        PyObject *t = Py_BuildValue("(y#y#)", (const char *)addr, (Py_ssize_t)alen,
+                                    (const char *)p, (Py_ssize_t)len);
+        if (t == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, t);
+    }
+    mr_core_tx_consume(self->core, n);
+    return list;
+}
+
+static int rx_scratch(CoreObject *self) {
+    if (self->rxbuf != NULL) return 0;
+    size_t slot = mr_core_settings(self->core)->mtu_bytes + 1u;
+    self->rxbuf = PyMem_Malloc(slot * MR_UDP_BATCH);
+    self->rxmsgs = PyMem_Calloc(MR_UDP_BATCH, sizeof(struct mmsghdr));
+    self->rxiov = PyMem_Calloc(MR_UDP_BATCH, sizeof(struct iovec));
+    self->rxaddr = PyMem_Calloc(MR_UDP_BATCH, sizeof(struct sockaddr_storage));
+    if (!self->rxbuf || !self->rxmsgs || !self->rxiov || !self->rxaddr) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* udp_recv(fd, now_ns, batches_max=16) -> events. Reads datagrams with recvmmsg until the
+ * socket is empty (or batches_max batches), feeds them to the core, runs due timers and
+ * returns the resulting events. */
+static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
+    int fd;
+    unsigned long long now;
+    unsigned int batches_max = 16;
+    if (!ready(self) || !PyArg_ParseTuple(args, "iK|I", &fd, &now, &batches_max)) return NULL;
+    if (rx_scratch(self) != 0) return NULL;
+    size_t slot = mr_core_settings(self->core)->mtu_bytes + 1u;
+    for (unsigned int b = 0; b < batches_max; b++) {
+        for (unsigned int i = 0; i < MR_UDP_BATCH; i++) {
+            self->rxiov[i].iov_base = self->rxbuf + i * slot;
+            self->rxiov[i].iov_len = slot;
+            memset(&self->rxmsgs[i].msg_hdr, 0, sizeof(struct msghdr));
+            self->rxmsgs[i].msg_hdr.msg_iov = &self->rxiov[i];
+            self->rxmsgs[i].msg_hdr.msg_iovlen = 1;
+            self->rxmsgs[i].msg_hdr.msg_name = &self->rxaddr[i];
+            self->rxmsgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_storage);
+        }
+        int n = recvmmsg(fd, self->rxmsgs, MR_UDP_BATCH, MSG_DONTWAIT, NULL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            break; /* EAGAIN: drained; other errors: nothing to read now */
+        }
+        for (int i = 0; i < n; i++) {
+            struct msghdr *h = &self->rxmsgs[i].msg_hdr;
+            if ((h->msg_flags & MSG_TRUNC) || self->rxmsgs[i].msg_len >= slot) {
+                mr_core_rx_oversized(self->core);
+                continue;
+            }
+            uint32_t alen = h->msg_namelen > MR_ADDR_MAX ? MR_ADDR_MAX : h->msg_namelen;
+            mr_core_rx(self->core, (const uint8_t *)h->msg_name, alen,
+                       (const uint8_t *)self->rxiov[i].iov_base, self->rxmsgs[i].msg_len, now);
+        }
+        if ((unsigned int)n < MR_UDP_BATCH) break;
+    }
+    mr_core_tick(self->core, now);
+    return take_events(self->core);
+}
+
+/* udp_send(fd) -> packets sent. Sends the whole transmit queue with sendmmsg. Datagrams the
+ * kernel refuses (full buffer, unreachable) are dropped and counted: the protocol's
+ * retransmission recovers, as it would from a loss on the wire. */
+static PyObject *Core_udp_send(CoreObject *self, PyObject *arg) {
+    if (!ready(self)) return NULL;
+    int fd = PyLong_AsLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    mr_core *c = self->core;
+    uint32_t total = mr_core_tx_count(c), done = 0, sent = 0;
+    struct mmsghdr msgs[MR_UDP_BATCH];
+    struct iovec iov[MR_UDP_BATCH];
+    while (done < total) {
+        uint32_t n = total - done < MR_UDP_BATCH ? total - done : MR_UDP_BATCH;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t len, alen;
+            const uint8_t *addr;
+            const uint8_t *p = mr_core_tx_packet(c, done + i, &len, &addr, &alen);
+            iov[i].iov_base = (void *)p;
+            iov[i].iov_len = len;
+            memset(&msgs[i], 0, sizeof(msgs[i]));
+            msgs[i].msg_hdr.msg_iov = &iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_name = (void *)addr;
+            msgs[i].msg_hdr.msg_namelen = alen;
+        }
+        int r = sendmmsg(fd, msgs, n, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+                mr_core_stats_tx_failed(c, total - done);
+                done = total;
+                break;
+            }
+            r = 1; /* this datagram is refused (bad address, ...): skip it */
+            mr_core_stats_tx_failed(c, 1);
+        } else {
+            sent += (uint32_t)r;
+        }
+        done += (uint32_t)r;
+    }
+    mr_core_tx_consume(c, total);
+    return PyLong_FromUnsignedLong(sent);
+}
+
+static PyObject *Core_stats(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    mr_stats *s = mr_core_stats(self->core);
+#define F(name) #name, (unsigned long long)s->name
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
+#undef F
+}
+
+static PyObject *Core_session_info(CoreObject *self, PyObject *arg) {
+    if (!ready(self)) return NULL;
+    long n = PyLong_AsLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    mr_session_info i;
+    if (n < 0 || n > 0xFFFF || mr_core_session_info(self->core, (int)n, &i) != 0) {
+        PyErr_SetString(PyExc_ValueError, "no such session number");
+        return NULL;
+    }
+    static const char *roles[] = {"free", "client", "server"};
+    static const char *states[] = {"free", "connecting", "connected", "disconnecting", "failed"};
+    return Py_BuildValue("{sssssIsIsIsIsIsi}", "role", roles[i.role % 3], "state",
+                         states[i.state % 5], "credits", i.credits, "credits_max", i.credits_max,
+                         "in_flight_max", i.in_flight_max, "busy_slots", i.busy_slots, "backlog",
+                         i.backlog, "remote_session", (int)i.remote_session);
+}
+
+static PyObject *Core_set_fault(CoreObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"addr",    "drop",           "duplicate",        "reorder",
+                             "delay_ns", "reorder_delay_ns", "partitioned", NULL};
+    PyObject *addr_obj = Py_None;
+    double drop = 0, dup = 0, reorder = 0;
+    unsigned long long delay = 0, reorder_delay = 0;
+    int partitioned = 0;
+    if (!ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kwds, "O|$dddKKp", kwlist, &addr_obj, &drop, &dup,
+                                     &reorder, &delay, &reorder_delay, &partitioned))
+        return NULL;
+    const uint8_t *a = NULL;
+    Py_ssize_t alen = 0;
+    if (addr_obj != Py_None) {
+        if (!PyBytes_Check(addr_obj)) {
+            PyErr_SetString(PyExc_TypeError, "addr must be bytes or None");
+            return NULL;
+        }
+        a = (const uint8_t *)PyBytes_AS_STRING(addr_obj);
+        alen = PyBytes_GET_SIZE(addr_obj);
+        if (alen == 0 || alen > MR_ADDR_MAX) {
+            PyErr_SetString(PyExc_ValueError, "addr length must be in [1, 32]");
+            return NULL;
+        }
+    }
+    if (mr_core_set_fault(self->core, a, (uint32_t)alen, drop, dup, reorder, delay,
+                          reorder_delay, partitioned) != 0) {
+        PyErr_SetString(PyExc_ValueError, "bad fault rule (probabilities in [0,1], <= 16 rules)");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_clear_faults(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    mr_core_clear_faults(self->core);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_get_incarnation(CoreObject *self, void *Py_UNUSED(closure)) {
+    if (!ready(self)) return NULL;
+    return PyLong_FromUnsignedLongLong(mr_core_incarnation(self->core));
+}
+
+static PyObject *Core_get_settings(CoreObject *self, void *Py_UNUSED(closure)) {
+    if (!ready(self)) return NULL;
+    const mr_settings *s = mr_core_settings(self->core);
+    return Py_BuildValue("{sIsIsIsKsIsIsIsKsIsIsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
+                         s->session_credits, "session_req_window", s->session_req_window,
+                         "rto_ns", (unsigned long long)s->rto_ns, "msg_size_max", s->msg_size_max,
+                         "sessions_max", s->sessions_max, "server_credits_max",
+                         s->server_credits_max, "session_timeout_ns",
+                         (unsigned long long)s->session_timeout_ns, "backlog_max", s->backlog_max,
+                         "tx_queue_max", s->tx_queue_max, "seed", (unsigned long long)s->seed);
+}
+
+static PyMethodDef Core_methods[] = {
+    {"create_session", (PyCFunction)Core_create_session, METH_VARARGS, NULL},
+    {"destroy_session", (PyCFunction)Core_destroy_session, METH_VARARGS, NULL},
+    {"enqueue_request", (PyCFunction)(void (*)(void))Core_enqueue_request, METH_FASTCALL, NULL},
+    {"respond", (PyCFunction)(void (*)(void))Core_respond, METH_FASTCALL, NULL},
+    {"feed", (PyCFunction)Core_feed, METH_VARARGS, NULL},
+    {"tick", (PyCFunction)Core_tick, METH_O, NULL},
+    {"next_deadline", (PyCFunction)Core_next_deadline, METH_NOARGS, NULL},
+    {"take_events", (PyCFunction)Core_take_events, METH_NOARGS, NULL},
+    {"take_packets", (PyCFunction)Core_take_packets, METH_NOARGS, NULL},
+    {"pending_packets", (PyCFunction)Core_pending_packets, METH_NOARGS, NULL},
+    {"udp_recv", (PyCFunction)Core_udp_recv, METH_VARARGS, NULL},
+    {"udp_send", (PyCFunction)Core_udp_send, METH_O, NULL},
+    {"stats", (PyCFunction)Core_stats, METH_NOARGS, NULL},
+    {"session_info", (PyCFunction)Core_session_info, METH_O, NULL},
+    {"set_fault", (PyCFunction)(void (*)(void))Core_set_fault, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"clear_faults", (PyCFunction)Core_clear_faults, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Core_getset[] = {
+    {"incarnation", (getter)Core_get_incarnation, NULL, NULL, NULL},
+    {"settings", (getter)Core_get_settings, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "store.rpc._native.Core",
+    .tp_basicsize = sizeof(CoreObject),
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Sans-I/O eRPC-style protocol core (see docs/rpc.md).",
+    .tp_methods = Core_methods,
+    .tp_getset = Core_getset,
+    .tp_init = (initproc)Core_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *mod_decode_header(PyObject *Py_UNUSED(m), PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) != 0) return NULL;
+    mr_hdr h;
+    int r = mr_hdr_decode(b.buf, (size_t)b.len, &h);
+    PyBuffer_Release(&b);
+    if (r != 0) Py_RETURN_NONE;
+    return Py_BuildValue("(iIiiiKI)", (int)h.req_type, h.msg_size, (int)h.dest_session,
+                         (int)h.pkt_type, (int)h.pkt_num, (unsigned long long)h.req_num, h.magic);
+}
+
+static PyObject *mod_encode_header(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"req_type", "msg_size", "dest_session", "pkt_type",
+                             "pkt_num",  "req_num",  "magic",        NULL};
+    unsigned int req_type, msg_size, dest, pkt_type, pkt_num, magic = MR_MAGIC_DATA;
+    unsigned long long req_num;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "IIIIIK|I", kwlist, &req_type, &msg_size, &dest,
+                                     &pkt_type, &pkt_num, &req_num, &magic))
+        return NULL;
+    if (req_type > 255 || msg_size > MR_MSG_SIZE_LIMIT || dest > 0xFFFF || pkt_type > 3 ||
+        pkt_num >= MR_PKT_NUM_LIMIT || req_num > MR_REQ_NUM_MASK || magic > 0xFFFFF) {
+        PyErr_SetString(PyExc_ValueError, "header field out of range");
+        return NULL;
+    }
+    mr_hdr h = {(uint8_t)req_type, msg_size, (uint16_t)dest, (uint8_t)pkt_type,
+                (uint16_t)pkt_num, req_num, magic};
+    uint8_t out[MR_HDR_BYTES];
+    mr_hdr_encode(out, &h);
+    return PyBytes_FromStringAndSize((const char *)out, MR_HDR_BYTES);
+}
+
+static PyMethodDef module_methods[] = {
+    {"decode_header", (PyCFunction)mod_decode_header, METH_O, NULL},
+    {"encode_header", (PyCFunction)(void (*)(void))mod_encode_header, METH_VARARGS | METH_KEYWORDS,
+     NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "store.rpc._native", "Meridian RPC protocol core (C).", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "HEADER_BYTES", MR_HDR_BYTES);
+    PyModule_AddIntConstant(m, "ADDR_MAX", MR_ADDR_MAX);
+    PyModule_AddIntConstant(m, "MAGIC_DATA", MR_MAGIC_DATA);
+    PyModule_AddIntConstant(m, "MAGIC_SM", MR_MAGIC_SM);
+    PyModule_AddIntConstant(m, "MSG_SIZE_LIMIT", MR_MSG_SIZE_LIMIT);
+    PyModule_AddIntConstant(m, "SM_BODY_BYTES", MR_SM_BODY_BYTES);
+    return m;
+}

@@ -1,0 +1,78 @@
+"""Type stub of the C extension built from native/ (see docs/rpc.md)."""
+
+from typing import Any
+
+HEADER_BYTES: int
+ADDR_MAX: int
+MAGIC_DATA: int
+MAGIC_SM: int
+MSG_SIZE_LIMIT: int
+SM_BODY_BYTES: int
+
+# Events returned by take_events / udp_recv:
+#   (0, session, req_num, req_type, payload)   request complete at a server
+#   (1, tag, status, payload)                  response complete at a client
+#   (2, tag, error_code)                       request failed at a client
+#   (3, session, error_code)                   session connected (0) or failed
+Event = tuple[Any, ...]
+
+class Core:
+    """Sans-I/O eRPC-style protocol core. Negative return values are -MR_ERR_* codes."""
+
+    def __init__(
+        self,
+        *,
+        mtu_bytes: int = ...,
+        session_credits: int = ...,
+        session_req_window: int = ...,
+        rto_ns: int = ...,
+        msg_size_max: int = ...,
+        sessions_max: int = ...,
+        server_credits_max: int = ...,
+        session_timeout_ns: int = ...,
+        backlog_max: int = ...,
+        tx_queue_max: int = ...,
+        seed: int = ...,
+    ) -> None: ...
+    @property
+    def incarnation(self) -> int: ...
+    @property
+    def settings(self) -> dict[str, int]: ...
+    def create_session(self, addr: bytes, now_ns: int, /) -> int: ...
+    def destroy_session(self, session: int, now_ns: int, /) -> int: ...
+    def enqueue_request(
+        self, session: int, req_type: int, payload: bytes | bytearray | memoryview, tag: int,
+        now_ns: int, /
+    ) -> int: ...
+    def respond(
+        self, session: int, req_num: int, status: int, payload: bytes | bytearray | memoryview,
+        now_ns: int, /
+    ) -> int: ...
+    def feed(self, addr: bytes, packet: bytes | bytearray | memoryview, now_ns: int, /) -> None: ...
+    def tick(self, now_ns: int, /) -> None: ...
+    def next_deadline(self) -> int: ...
+    def take_events(self) -> list[Event]: ...
+    def take_packets(self) -> list[tuple[bytes, bytes]]: ...
+    def pending_packets(self) -> int: ...
+    def udp_recv(self, fd: int, now_ns: int, batches_max: int = ..., /) -> list[Event]: ...
+    def udp_send(self, fd: int, /) -> int: ...
+    def stats(self) -> dict[str, int]: ...
+    def session_info(self, session: int, /) -> dict[str, Any]: ...
+    def set_fault(
+        self,
+        addr: bytes | None,
+        *,
+        drop: float = ...,
+        duplicate: float = ...,
+        reorder: float = ...,
+        delay_ns: int = ...,
+        reorder_delay_ns: int = ...,
+        partitioned: bool = ...,
+    ) -> None: ...
+    def clear_faults(self) -> None: ...
+
+def decode_header(packet: bytes | bytearray | memoryview, /) -> tuple[int, int, int, int, int, int, int] | None: ...
+def encode_header(
+    req_type: int, msg_size: int, dest_session: int, pkt_type: int, pkt_num: int, req_num: int,
+    magic: int = ...,
+) -> bytes: ...

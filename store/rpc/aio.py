@@ -1,0 +1,221 @@
+"""The asyncio endpoint: one `Rpc` per event loop, no thread hop per message.
+
+The socket is watched with `loop.add_reader`; a readable socket is drained by recvmmsg in C,
+which returns whole messages; the handlers and continuations they complete run right there,
+and everything they send leaves in one sendmmsg at the end of the callback. Requests enqueued
+from coroutines are flushed together by one `call_soon` per loop iteration. The core's next
+deadline (retransmission, handshake retry, session timeout) is one `call_later` timer.
+
+Use uvloop where latency matters (`store.rpc.aio.new_event_loop()` prefers it): on this
+project's machines it halves a loopback round trip compared with the default loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from store.rpc.endpoint import Nexus, Payload, ReqHandle, RpcBase, Session, Transport
+from store.rpc.errors import RequestTimeout, RpcError
+from store.rpc.settings import RpcSettings
+from store.rpc.udp import UdpTransport
+
+_monotonic_ns = time.monotonic_ns
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop if uvloop is installed, else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+class Rpc(RpcBase):
+    """An RPC endpoint owned by one asyncio event loop (eRPC's Rpc)."""
+
+    def __init__(
+        self,
+        nexus: Nexus,
+        transport: Transport,
+        settings: RpcSettings | None = None,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        super().__init__(nexus, transport, settings, seed=seed)
+        self._loop = loop or asyncio.get_running_loop()
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = -1
+        self._tasks: set[asyncio.Task[Any]] = set()
+        fd = transport.fileno()
+        if fd is None:
+            raise ValueError("the asyncio endpoint needs a transport with a file descriptor")
+        self._fd = fd
+        self._loop.add_reader(fd, self._on_readable)
+
+    @classmethod
+    def udp(
+        cls,
+        nexus: Nexus,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        settings: RpcSettings | None = None,
+        **kwargs: Any,
+    ) -> Rpc:
+        """An endpoint on a new UDP socket bound to (host, port)."""
+        mtu = settings.mtu_bytes if settings is not None else RpcSettings().mtu_bytes
+        return cls(nexus, UdpTransport(host, port, mtu_bytes=mtu), settings, **kwargs)
+
+    @property
+    def address(self) -> Any:
+        return getattr(self.transport, "address", None)
+
+    # --- hooks -----------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return _monotonic_ns()
+
+    def _new_waiter(self) -> asyncio.Future[bytes]:
+        return self._loop.create_future()
+
+    def _resolve(self, waiter: Any, payload: bytes) -> None:
+        if isinstance(waiter, asyncio.Future):
+            if not waiter.done():
+                waiter.set_result(payload)
+        else:
+            waiter(payload, None)
+
+    def _reject(self, waiter: Any, error: RpcError) -> None:
+        if isinstance(waiter, asyncio.Future):
+            if not waiter.done():
+                waiter.set_exception(error)
+        else:
+            waiter(None, error)
+
+    def _spawn(self, handle: ReqHandle, awaitable: Awaitable[Payload]) -> None:
+        async def run() -> Payload:
+            return await awaitable
+
+        task = self._loop.create_task(run())
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Payload]) -> None:
+            self._tasks.discard(t)
+            if self._closed:
+                return
+            if t.cancelled():
+                self._finish_spawned(handle, None, asyncio.CancelledError())
+            else:
+                self._finish_spawned(handle, t.result() if t.exception() is None else None,
+                                     t.exception())
+
+        task.add_done_callback(done)
+
+    def _request_flush(self) -> None:
+        if self._in_dispatch or self._flush_scheduled or self._closed:
+            return  # a dispatching callback flushes when it ends
+        self._flush_scheduled = True
+        self._loop.call_soon(self._flush_soon)
+
+    # --- loop callbacks --------------------------------------------------------------------
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        if self._closed:
+            return
+        self.transport.flush(self._core)
+        self._arm_timer(_monotonic_ns())
+
+    def _on_readable(self) -> None:
+        now = _monotonic_ns()
+        events = self.transport.receive(self._core, now)
+        if events:
+            self._dispatch(events, now)
+        self.transport.flush(self._core)
+        self._arm_timer(now)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = -1
+        if self._closed:
+            return
+        now = _monotonic_ns()
+        self._core.tick(now)
+        events = self._core.take_events()
+        if events:
+            self._dispatch(events, now)
+        self.transport.flush(self._core)
+        self._arm_timer(now)
+
+    def _arm_timer(self, now: int) -> None:
+        deadline = self._core.next_deadline()
+        if deadline < 0 or (self._timer is not None and self._timer_at <= deadline):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = self._loop.call_later(max(0, deadline - now) / 1e9, self._on_timer)
+
+    # --- conveniences ----------------------------------------------------------------------
+
+    async def connect(self, address: Any, timeout: float | None = None) -> Session:
+        """Create a session and wait until it is connected (or raise its SessionError)."""
+        session = self.create_session(address)
+        await self.wait_connected(session, timeout)
+        return session
+
+    async def wait_connected(self, session: Session, timeout: float | None = None) -> None:
+        fut: asyncio.Future[None] = self._loop.create_future()
+
+        def done(error: RpcError | None) -> None:
+            if fut.done():
+                return
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+        session.on_connect(done)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError as exc:
+            raise RequestTimeout(f"connect to {session.address!r} timed out") from exc
+
+    async def call(
+        self, session: Session, req_type: int, payload: Payload, timeout: float | None = None
+    ) -> bytes:
+        """enqueue_request and await the response; `timeout` in seconds raises RequestTimeout
+        (the request may still run at the server)."""
+        fut = self.enqueue_request(session, req_type, payload)
+        if timeout is None:
+            result: bytes = await fut
+            return result
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError as exc:
+            raise RequestTimeout(f"req_type {req_type} on {session!r} timed out") from exc
+
+    def close(self) -> None:
+        """Stop watching the socket, fail everything outstanding, release the transport."""
+        if self._closed:
+            return
+        for session in list(self._sessions.values()):
+            self.destroy_session(session)
+        self.transport.flush(self._core)
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        self._fail_all_pending(RpcError("endpoint closed"))
+        self.transport.close()

@@ -1,0 +1,44 @@
+"""Settings of an RPC endpoint. Defaults follow eRPC (src/tweakme.h, src/sm_types.h)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RpcSettings:
+    """Every limit of the RPC core, checked by the C core when an endpoint is made.
+
+    mtu_bytes: largest datagram, the 16-byte header included (1472: an Ethernet frame's UDP
+        payload). Messages are cut into packets of mtu_bytes - 16 bytes of payload.
+    session_credits: packets a client may have in flight on one session (eRPC: 32).
+    session_req_window: requests outstanding per session; more wait in a backlog (eRPC: 8).
+    rto_ns: retransmission timeout (eRPC: 5 ms).
+    msg_size_max: largest request or response (default 8 MiB; at most 2**24 - 1).
+    sessions_max: session table size of the endpoint, client and server sessions together.
+    server_credits_max: credits a server grants over all its sessions; a connect beyond it is
+        refused (SessionRefused), as eRPC refuses when its receive ring is exhausted.
+    session_timeout_ns: a peer silent this long while requests are outstanding is declared
+        unavailable (PeerUnavailable); also the connect timeout.
+    backlog_max: requests queued per session beyond the window.
+    tx_queue_max: packets queued for sending before further ones are dropped.
+    """
+
+    mtu_bytes: int = 1472
+    session_credits: int = 32
+    session_req_window: int = 8
+    rto_ns: int = 5_000_000
+    msg_size_max: int = 8 << 20
+    sessions_max: int = 256
+    server_credits_max: int = 256 * 32
+    session_timeout_ns: int = 1_000_000_000
+    backlog_max: int = 4096
+    tx_queue_max: int = 65536
+
+    def core_kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> RpcSettings:
+        return dataclasses.replace(self, **changes)
