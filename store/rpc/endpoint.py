@@ -324,9 +324,15 @@ class RpcBase:
         if result is None:
             return
         if isinstance(result, bytes | bytearray | memoryview):
-            self._respond(handle, STATUS_OK, result)
+            self._respond_result(handle, result)
         else:
             self._spawn(handle, result)
+
+    def _respond_result(self, handle: ReqHandle, result: Payload) -> None:
+        try:
+            self._respond(handle, STATUS_OK, result)
+        except MessageTooLarge as exc:
+            self._respond(handle, STATUS_HANDLER_FAILED, repr(exc).encode())
 
     def _finish_spawned(self, handle: ReqHandle, result: Any, exc: BaseException | None) -> None:
         """Answer a request whose handler was awaitable, once it has finished."""
@@ -336,7 +342,7 @@ class RpcBase:
             log.error("handler for req_type %d raised", handle.req_type, exc_info=exc)
             self._respond(handle, STATUS_HANDLER_FAILED, repr(exc).encode()[:1024])
         elif isinstance(result, bytes | bytearray | memoryview):
-            self._respond(handle, STATUS_OK, result)
+            self._respond_result(handle, result)
         else:
             self._respond(
                 handle, STATUS_HANDLER_FAILED, b"handler returned %s" % type(result).__name__.encode()
@@ -384,6 +390,34 @@ class RpcBase:
         """When the core next needs `run_event_loop_once` even if nothing arrives."""
         d: int = self._core.next_deadline()
         return None if d < 0 else d
+
+    def set_fault(
+        self,
+        peer: Any = None,
+        *,
+        drop: float = 0.0,
+        duplicate: float = 0.0,
+        reorder: float = 0.0,
+        delay_ns: int = 0,
+        reorder_delay_ns: int = 0,
+        partitioned: bool = False,
+    ) -> None:
+        """Inject faults into what this endpoint sends to `peer` (None: to everyone without a
+        rule of its own); a partition also drops what it receives from `peer`. Applied in the
+        C core, so every transport gets them. Probabilities are per packet, in [0, 1]."""
+        raw = None if peer is None else self.transport.encode_address(peer)
+        self._core.set_fault(
+            raw,
+            drop=drop,
+            duplicate=duplicate,
+            reorder=reorder,
+            delay_ns=delay_ns,
+            reorder_delay_ns=reorder_delay_ns,
+            partitioned=partitioned,
+        )
+
+    def clear_faults(self) -> None:
+        self._core.clear_faults()
 
     def stats(self) -> dict[str, int]:
         """Counters of the core: packets, drops by reason, retransmissions, ..."""

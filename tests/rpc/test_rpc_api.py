@@ -1,0 +1,138 @@
+"""The Python API's contract (DESIGN.md section 6; STYLE.md "errors are typed")."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from store.rpc import (
+    HandlerFailed,
+    Nexus,
+    ReqHandle,
+    RequestTimeout,
+    RpcSettings,
+    SessionClosed,
+    UnknownRequestType,
+)
+from store.rpc.aio import Rpc
+from store.rpc.sim import SimRpc
+from tests.rpc.helpers import echo_nexus, run, sim_pair
+
+
+def test_nexus_rejects_bad_registrations() -> None:
+    nexus = Nexus()
+    nexus.register_req_func(1, lambda _h, p: p)
+    with pytest.raises(ValueError, match="already registered"):
+        nexus.register_req_func(1, lambda _h, p: p)
+    with pytest.raises(ValueError):
+        nexus.register_req_func(256, lambda _h, p: p)
+
+
+def test_settings_are_checked_by_the_core() -> None:
+    with pytest.raises(ValueError, match="mtu_bytes"):
+        sim_pair(seed=0, settings=RpcSettings(mtu_bytes=10))
+    with pytest.raises(ValueError, match="msg_size_max"):
+        sim_pair(seed=0, settings=RpcSettings(msg_size_max=1 << 24))
+
+
+def test_unknown_request_type_and_failing_handler_are_typed() -> None:
+    nexus = echo_nexus()
+
+    def broken(_handle: ReqHandle, _payload: bytes) -> bytes:
+        raise KeyError("boom")
+
+    nexus.register_req_func(9, broken)
+    net, _server, client = sim_pair(seed=1, server_nexus=nexus)
+    session = client.create_session("server")
+    unknown = client.enqueue_request(session, 200, b"x")
+    failing = client.enqueue_request(session, 9, b"x")
+    fine = client.enqueue_request(session, 1, b"still served")
+    assert net.run_until(lambda: fine.done() and unknown.done() and failing.done())
+    with pytest.raises(UnknownRequestType):
+        unknown.result()
+    with pytest.raises(HandlerFailed, match="boom"):
+        failing.result()
+    assert fine.result() == b"still served"
+
+
+def test_destroy_session_fails_outstanding_requests() -> None:
+    nexus = Nexus()
+    nexus.register_req_func(1, lambda _h, _p: None)  # never answers
+    net, _server, client = sim_pair(seed=2, server_nexus=nexus)
+    session = client.create_session("server")
+    pending = client.enqueue_request(session, 1, b"x")
+    net.run_for(10**6)
+    client.destroy_session(session)
+    assert isinstance(pending.exception(), SessionClosed)
+    with pytest.raises(SessionClosed):
+        client.enqueue_request(session, 1, b"y")
+
+
+def test_requests_queue_beyond_the_window_and_while_connecting() -> None:
+    net, _server, client = sim_pair(seed=3, settings=RpcSettings(session_req_window=2))
+    session = client.create_session("server")
+    pendings = [client.enqueue_request(session, 1, bytes([i])) for i in range(50)]
+    assert session.state == "connecting"
+    assert net.run_until(lambda: all(p.done() for p in pendings))
+    assert [p.result() for p in pendings] == [bytes([i]) for i in range(50)]
+
+
+def test_sim_coroutine_handler_may_await_a_nested_rpc() -> None:
+    """A handler that calls another server (as a 2PC coordinator does) runs unchanged on the
+    simulator's trampoline."""
+    net, _backend, front_client = sim_pair(seed=4, server_nexus=echo_nexus(reverse=True))
+    front_nexus = Nexus()
+    front = SimRpc(front_nexus, net, "front")
+    backend_session = front.create_session("server")
+
+    async def relay(_handle: ReqHandle, payload: bytes) -> bytes:
+        inner = await front.enqueue_request(backend_session, 1, payload)
+        return b"relayed:" + inner
+
+    front_nexus.register_req_func(5, relay)
+    session = front_client.create_session("front")
+    pending = front_client.enqueue_request(session, 5, b"abc")
+    assert net.run_until(pending.done)
+    assert pending.result() == b"relayed:cba"
+
+
+def test_call_timeout_is_typed() -> None:
+    async def main() -> None:
+        nexus = Nexus()
+        nexus.register_req_func(1, lambda _h, _p: None)  # never answers
+        server = Rpc.udp(nexus)
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+        with pytest.raises(RequestTimeout):
+            await client.call(session, 1, b"x", timeout=0.02)
+        client.close()
+        server.close()
+        await asyncio.sleep(0)
+
+    run(main)
+
+
+def test_continuation_style_on_asyncio() -> None:
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus())
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+        done = asyncio.get_running_loop().create_future()
+        count = 0
+
+        def cont(payload: bytes | None, error: object) -> None:
+            nonlocal count
+            assert error is None and payload == b"again"
+            count += 1
+            if count < 100:
+                client.enqueue_request(session, 1, b"again", cont)
+            else:
+                done.set_result(None)
+
+        client.enqueue_request(session, 1, b"again", cont)
+        await done
+        client.close()
+        server.close()
+
+    run(main)

@@ -1,0 +1,128 @@
+"""The UDP transport under asyncio: concurrency, the C core's fault injection (drop,
+duplicate, reorder, delay, partition per peer; DESIGN.md section 6), deferred responses."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+from collections import Counter
+
+from store.rpc import Nexus, ReqHandle, RpcSettings
+from store.rpc.aio import Rpc
+from tests.rpc.helpers import echo_nexus, pattern, run
+
+FAULTY = RpcSettings(rto_ns=2_000_000, session_timeout_ns=5_000_000_000)
+
+
+def test_many_concurrent_requests_on_several_sessions() -> None:
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus(reverse=True))
+        client = Rpc.udp(Nexus())
+        sessions = [await client.connect(server.address) for _ in range(4)]
+        payloads = [pattern(i % 3000, salt=i) for i in range(400)]
+        results = await asyncio.gather(
+            *[client.call(sessions[i % 4], 1, p) for i, p in enumerate(payloads)]
+        )
+        assert results == [p[::-1] for p in payloads]
+        client.close()
+        server.close()
+
+    run(main)
+
+
+def test_udp_with_fault_injection_in_the_core() -> None:
+    """30% drop, 30% duplication and 30% reordering on both sides, injected by the C core:
+    every request gets exactly one response and no handler runs twice."""
+
+    async def main() -> None:
+        runs: Counter[bytes] = Counter()
+
+        def handler(_handle: ReqHandle, payload: bytes) -> bytes:
+            runs[payload[:4]] += 1
+            return payload[:4] + payload[4:][::-1]
+
+        nexus = Nexus()
+        nexus.register_req_func(3, handler)
+        server = Rpc.udp(nexus, settings=FAULTY, seed=1)
+        client = Rpc.udp(Nexus(), settings=FAULTY, seed=2)
+        session = await client.connect(server.address)
+        for endpoint in (server, client):
+            endpoint.set_fault(
+                None, drop=0.3, duplicate=0.3, reorder=0.3, reorder_delay_ns=300_000
+            )
+        rng = random.Random(3)
+        bodies = [rng.randbytes(rng.choice([0, 10, 1456, 1457, 4000])) for _ in range(150)]
+        answers: dict[int, list[bytes | None]] = {i: [] for i in range(len(bodies))}
+        done = asyncio.Event()
+
+        def make_cont(i: int):  # noqa: ANN202
+            def cont(payload: bytes | None, error: object) -> None:
+                assert error is None, error
+                answers[i].append(payload)
+                if all(answers.values()):
+                    done.set()
+
+            return cont
+
+        for i, body in enumerate(bodies):
+            client.enqueue_request(session, 3, struct.pack("<I", i) + body, make_cont(i))
+        await done.wait()
+        await asyncio.sleep(0.05)  # let late duplicates arrive
+        for i, body in enumerate(bodies):
+            assert answers[i] == [struct.pack("<I", i) + body[::-1]]
+        assert max(runs.values()) == 1 and len(runs) == len(bodies)
+        stats = client.stats()
+        assert stats["fault_dropped"] > 0 and stats["fault_duplicated"] > 0
+        assert stats["retransmits"] > 0
+        assert server.stats()["rx_dup_answered"] > 0
+        client.close()
+        server.close()
+
+    run(main)
+
+
+def test_partition_then_heal() -> None:
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus(), settings=FAULTY)
+        client = Rpc.udp(Nexus(), settings=FAULTY)
+        session = await client.connect(server.address)
+        client.set_fault(server.address, partitioned=True)
+        call = asyncio.ensure_future(client.call(session, 1, b"through"))
+        await asyncio.sleep(0.02)
+        assert not call.done()
+        client.clear_faults()
+        assert await call == b"through"
+        assert client.stats()["fault_dropped"] > 0
+        client.close()
+        server.close()
+
+    run(main)
+
+
+def test_deferred_and_coroutine_handlers() -> None:
+    async def main() -> None:
+        nexus = Nexus()
+        server: Rpc | None = None
+
+        def later(handle: ReqHandle, payload: bytes) -> None:
+            assert server is not None
+            asyncio.get_running_loop().call_later(
+                0.001, server.enqueue_response, handle, b"later:" + payload
+            )
+
+        async def coro(_handle: ReqHandle, payload: bytes) -> bytes:
+            await asyncio.sleep(0.001)
+            return b"coro:" + payload
+
+        nexus.register_req_func(1, later)
+        nexus.register_req_func(2, coro)
+        server = Rpc.udp(nexus)
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+        assert await client.call(session, 1, b"a") == b"later:a"
+        assert await client.call(session, 2, b"b") == b"coro:b"
+        client.close()
+        server.close()
+
+    run(main)
