@@ -66,7 +66,7 @@ def _run(seed: int, faults: dict[str, float]) -> None:
     assert len(runs) == len(responses), f"seed={seed}: a handler never ran"
 
 
-@pytest.mark.parametrize("faults", FAULTS, ids=lambda f: "+".join(f))
+@pytest.mark.parametrize("faults", FAULTS, ids="+".join)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_request_gets_exactly_one_response(seed: int, faults: dict[str, float]) -> None:
     _run(seed, faults)

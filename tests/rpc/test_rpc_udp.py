@@ -56,7 +56,7 @@ def test_udp_with_fault_injection_in_the_core() -> None:
         answers: dict[int, list[bytes | None]] = {i: [] for i in range(len(bodies))}
         done = asyncio.Event()
 
-        def make_cont(i: int):  # noqa: ANN202
+        def make_cont(i: int):
             def cont(payload: bytes | None, error: object) -> None:
                 assert error is None, error
                 answers[i].append(payload)
