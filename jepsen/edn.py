@@ -119,6 +119,7 @@ _TOKEN = re.compile(
 )
 
 _INT = re.compile(r"[+-]?\d+N?")
+_INT_VECTOR = re.compile(r"\[((?:[\s,]*[+-]?\d+(?=[\s,\]]))*)[\s,]*\]")
 _FLOAT = re.compile(r"[+-]?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?M?")
 _STRING_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 _CHAR_NAMES = {
@@ -183,6 +184,7 @@ class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.position = 0
+        self._top_level: list[Any] = []
 
     def _error(self, message: str) -> EdnError:
         line = self.text.count("\n", 0, self.position) + 1
@@ -211,6 +213,15 @@ class _Reader:
             if kind == "skip":
                 continue
             if kind == "open":
+                if token == "[":
+                    # Fast path: a vector of plain integers, as list-append reads are.
+                    numbers = _INT_VECTOR.match(text, match.start())
+                    if numbers is not None:
+                        self.position = numbers.end()
+                        value = [int(n) for n in numbers.group(1).replace(",", " ").split()]
+                        if self._emit(stack, value):
+                            yield self._top_level.pop()
+                        continue
                 stack.append([token, [], []])
                 continue
             if kind == "discard":
@@ -243,22 +254,24 @@ class _Reader:
                     value = _atom(token)
                 except EdnError as error:
                     raise self._error(str(error)) from None
-            # Apply pending prefixes, innermost (last read) first.
-            frame = stack[-1]
-            prefixes = frame[2]
-            discarded = False
-            while prefixes:
-                prefix = prefixes.pop()
-                if prefix is None:
-                    discarded = True
-                    break
-                value = Tagged(prefix, value)
-            if discarded:
-                continue
-            if len(stack) == 1:
-                yield value
-            else:
-                frame[1].append(value)
+            if self._emit(stack, value):
+                yield self._top_level.pop()
+
+    def _emit(self, stack: list[list[Any]], value: Any) -> bool:
+        """Put a complete form into the innermost frame; True if it is a top-level form."""
+        frame = stack[-1]
+        prefixes = frame[2]
+        # Apply pending prefixes, innermost (last read) first.
+        while prefixes:
+            prefix = prefixes.pop()
+            if prefix is None:
+                return False
+            value = Tagged(prefix, value)
+        if len(stack) == 1:
+            self._top_level.append(value)
+            return True
+        frame[1].append(value)
+        return False
 
     def _collection(self, opener: str, items: list[Any]) -> Any:
         if opener == "[":

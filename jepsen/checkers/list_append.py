@@ -180,7 +180,9 @@ def transactions(history: Sequence[Op]) -> list[Txn]:
 
 def _read_value(value: Any) -> list[Any]:
     # A committed read of an absent key may be reported as nil: the empty list.
-    return [] if value is None else list(value)
+    if value is None:
+        return []
+    return value if isinstance(value, list) else list(value)
 
 
 class _Checker:
@@ -195,7 +197,7 @@ class _Checker:
         self.in_graph = [txn.type in ("ok", "info") for txn in txns]
         self.writer: dict[tuple[Any, Any], Txn] = {}
         self.intermediate: set[tuple[Any, Any]] = set()
-        self.truncated_searches = 0
+        self._committed_reads: list[tuple[Txn, int, Any, list[Any]]] | None = None
 
     def report(self, kind: str, explanation: dict[str, Any]) -> None:
         self.counts[kind] += 1
@@ -222,13 +224,16 @@ class _Checker:
                     self.intermediate.add((key, last_element[key]))
                 last_element[key] = element
 
-    def committed_reads(self) -> Iterable[tuple[Txn, int, Any, list[Any]]]:
-        for txn in self.txns:
-            if txn.type != "ok":
-                continue
-            for position, (function, key, value) in enumerate(txn.mops):
-                if function == "r":
-                    yield txn, position, key, _read_value(value)
+    def committed_reads(self) -> list[tuple[Txn, int, Any, list[Any]]]:
+        if self._committed_reads is None:
+            self._committed_reads = [
+                (txn, position, key, _read_value(value))
+                for txn in self.txns
+                if txn.type == "ok"
+                for position, (function, key, value) in enumerate(txn.mops)
+                if function == "r"
+            ]
+        return self._committed_reads
 
     # -- Anomalies read straight off the history ------------------------------------------
 
@@ -247,7 +252,7 @@ class _Checker:
                 later = set(txn.appends.get(key, ())) - {
                     m[2] for m in txn.mops[:position] if m[0] == "append" and m[1] == key
                 }
-                future = [element for element in observed if element in later]
+                future = [element for element in observed if element in later] if later else []
                 if future:
                     self.report(
                         "internal",
@@ -284,18 +289,30 @@ class _Checker:
 
     def check_reads(self) -> None:
         """G1a, G1b and duplicate elements, read by read."""
+        # Reads can be long; test whole reads against per-key sets rather than element by
+        # element through the writer index.
+        failed_elements: dict[Any, set[Any]] = defaultdict(set)
+        for (key, element), writer in self.writer.items():
+            if writer.type == "fail":
+                failed_elements[key].add(element)
         for txn, position, key, observed in self.committed_reads():
             mop = txn.mops[position]
-            counts = Counter(observed)
-            duplicates = {element: n for element, n in counts.items() if n > 1}
-            if duplicates:
+            if len(set(observed)) != len(observed):
+                counts = Counter(observed)
                 self.report(
                     "duplicate-elements",
-                    {"op": txn.summary(), "mop": mop, "duplicates": duplicates},
+                    {
+                        "op": txn.summary(),
+                        "mop": mop,
+                        "duplicates": {e: n for e, n in counts.items() if n > 1},
+                    },
                 )
-            for element in observed:
-                writer = self.writer.get((key, element))
-                if writer is not None and writer.type == "fail":
+            failed = failed_elements.get(key)
+            if failed and not failed.isdisjoint(observed):
+                for element in observed:
+                    if element not in failed:
+                        continue
+                    writer = self.writer[(key, element)]
                     self.report(
                         "G1a",
                         {
@@ -364,7 +381,7 @@ class _Checker:
                 values[key].add(tuple(observed))
         orders: dict[Any, list[Any]] = {}
         for key, seen in values.items():
-            ordered = sorted(seen, key=lambda v: (len(v), repr(v)))
+            ordered = _by_length(seen)
             for shorter, longer in itertools.pairwise(ordered):
                 if longer[: len(shorter)] != shorter:
                     self.report(
@@ -413,7 +430,9 @@ class _Checker:
             if observed:
                 last = observed[-1]
                 source = writer.get((key, last))
-                if source is not None:
+                # Adya's graphs relate only a transaction's final versions: reading an
+                # intermediate one is G1b, reported on its own, and makes no wr edge.
+                if source is not None and (key, last) not in self.intermediate:
                     self.link(source, reader, WR, (key, last, None))
                 following = position_of.get(key, {}).get(last)
                 if following is None:
@@ -525,6 +544,19 @@ class _Checker:
             step["explanation"] = _explain_step(label, source, target, key, value, value_after)
             steps.append(step)
         return {"type": kind, "cycle": [txn.summary() for txn in txns], "steps": steps}
+
+
+def _by_length(values: set[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Sorted by length; equal lengths (only in incompatible orders) by their text, so the
+    result does not depend on per-process string hashing."""
+    by_length: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    for value in values:
+        by_length[len(value)].append(value)
+    ordered: list[tuple[Any, ...]] = []
+    for length in sorted(by_length):
+        group = by_length[length]
+        ordered.extend(group if len(group) == 1 else sorted(group, key=repr))
+    return ordered
 
 
 def _explain_step(label: int, a: Txn, b: Txn, key: Any, value: Any, value_after: Any) -> str:
