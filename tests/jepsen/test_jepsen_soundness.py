@@ -1,7 +1,7 @@
 """The list-append checker never reports an anomaly that is not there.
 
-Random small histories come from a deliberately sloppy store (stale snapshots, lost and
-late appends, indeterminate and failed transactions). Whenever the checker calls one
+Random small histories come from a deliberately sloppy store (stale snapshots, lost, torn
+and leaked appends, indeterminate and failed transactions). Whenever the checker calls one
 invalid under strict serializability, a brute-force search must confirm that no order of
 the transactions explains it: an order of all committed transactions and any subset of the
 indeterminate ones, respecting real time (a transaction that completed before another was
@@ -21,7 +21,7 @@ from jepsen.checkers.list_append import Txn, check_list_append, transactions
 from jepsen.history import Op
 
 
-def _sloppy_history(rng: random.Random, txn_count: int) -> list[Op]:
+def _sloppy_history(rng: random.Random, txn_count: int, processes: int = 3) -> list[Op]:
     keys = ["x", "y", "z"]
     state: dict[str, list[int]] = {k: [] for k in keys}
     snapshots: list[dict[str, list[int]]] = [{k: [] for k in keys}]
@@ -29,12 +29,13 @@ def _sloppy_history(rng: random.Random, txn_count: int) -> list[Op]:
     running: dict[int, list[Any]] = {}
     element = 0
     started = 0
+    deferred: list[tuple[str, list[int]]] = []
 
     def emit(type_: str, process: int, value: Any) -> None:
         ops.append(Op(type_, "txn", value, process, None, len(ops)))
 
     while started < txn_count or running:
-        idle = [p for p in range(3) if p not in running]
+        idle = [p for p in range(processes) if p not in running]
         if started < txn_count and idle and (not running or rng.random() < 0.5):
             process = rng.choice(idle)
             mops: list[list[Any]] = []
@@ -65,9 +66,17 @@ def _sloppy_history(rng: random.Random, txn_count: int) -> list[Op]:
         applies = outcome == "ok" or (outcome == "info" and rng.random() < 0.5)
         if outcome == "fail" and rng.random() < 0.2:
             applies = True  # a failed transaction whose writes leak
+        for key, elements in deferred:
+            state[key] = [*state[key], *elements]
+        deferred.clear()
         if applies:
             for key, elements in own.items():
-                if rng.random() < 0.9:  # and sometimes an append is lost
+                roll = rng.random()
+                if roll < 0.1:
+                    continue  # an append lost
+                if roll < 0.2:
+                    deferred.append((key, elements))  # torn: takes effect later
+                else:
                     state[key] = [*state[key], *elements]
             snapshots.append({k: list(v) for k, v in state.items()})
         if outcome == "ok":
@@ -88,12 +97,16 @@ def _apply(txn: Txn, state: dict[str, tuple[int, ...]], check_reads: bool) -> An
     return state
 
 
-def _strictly_serializable(history: list[Op]) -> bool:
+def _serializable(history: list[Op], *, realtime: bool) -> bool:
     txns = [t for t in transactions(history) if t.type in ("ok", "info")]
     must_follow: dict[int, set[int]] = {t.id: set() for t in txns}
     for a in txns:
         for b in txns:
-            if a.complete_position is not None and a.complete_position < b.invoke_position:
+            if (
+                realtime
+                and a.complete_position is not None
+                and a.complete_position < b.invoke_position
+            ):
                 must_follow[b.id].add(a.id)
     oks = {t.id for t in txns if t.type == "ok"}
     seen: set[tuple[frozenset[int], tuple[Any, ...]]] = set()
@@ -118,12 +131,18 @@ def _strictly_serializable(history: list[Op]) -> bool:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(min_value=0, max_value=2**32 - 1), st.integers(min_value=1, max_value=6))
-def test_reported_anomalies_are_real(seed: int, txn_count: int) -> None:
-    history = _sloppy_history(random.Random(seed), txn_count)
-    result = check_list_append(history)
+@given(
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.integers(min_value=1, max_value=6),
+    st.integers(min_value=2, max_value=4),
+    st.sampled_from(["strict-serializable", "serializable"]),
+)
+def test_reported_anomalies_are_real(seed: int, txn_count: int, processes: int, model: str) -> None:
+    history = _sloppy_history(random.Random(seed), txn_count, processes)
+    result = check_list_append(history, consistency_models=[model])
     if not result["valid"]:
-        assert not _strictly_serializable(history), result["anomalies"]
+        realtime = model == "strict-serializable"
+        assert not _serializable(history, realtime=realtime), result["anomalies"]
 
 
 def test_sloppy_store_is_caught_sometimes() -> None:
