@@ -1,0 +1,1 @@
+"""Benchmarks run against Meridian as a user would: TPC-C (``bench/tpcc``)."""

@@ -1,0 +1,376 @@
+"""The five TPC-C transactions (rev. 5.11 clause 2) as Meridian one-shot procedures.
+
+Each procedure gets every input the terminal generated (clause 2.x.1) as arguments, reads
+what it needs in as few rounds as its data dependencies allow (``tx.get_many`` reads keys
+of several shards in one round), and buffers its writes; Meridian certifies it as one
+transaction. Dates are arguments (procedures read no clock), as are ids a SQL database
+would invent (HISTORY's row id), so a procedure is a pure function of the database and
+its arguments.
+
+Rounds per transaction (a round reads from every shard involved in parallel):
+
+* New-Order: 1 (warehouse, district, customer, items, stocks, all known up front).
+* Payment: 1 by customer id; 2 by last name (the name index scan first).
+* Order-Status: 3 by id (customer and latest-order index; the order; its lines), 4 by name.
+* Delivery: 3 (oldest-new-order index of the ten districts; their NEW-ORDER and ORDER rows;
+  order lines and customers).
+* Stock-Level: 3 (district; order lines of the last 20 orders; their stocks).
+
+Procedure names and arguments (what a client passes to ``run``):
+
+* ``tpcc_new_order(w_id, d_id, c_id, lines, entry_d, item_copy)``: ``lines`` is a list of
+  ``[i_id, supply_w_id, quantity]``; ``item_copy`` is the ITEM copy on the home warehouse's
+  shard (w_id mod shard count). Rolls back with ``tx.abort`` on an unused item id.
+* ``tpcc_payment(w_id, d_id, c_w_id, c_d_id, c_id, c_last, h_amount, h_date, history_id)``:
+  exactly one of ``c_id`` and ``c_last`` is not None; ``h_amount`` in cents.
+* ``tpcc_order_status(w_id, d_id, c_id, c_last)``.
+* ``tpcc_delivery(w_id, o_carrier_id, delivery_d)``.
+* ``tpcc_stock_level(w_id, d_id, threshold)``.
+* ``tpcc_load(rows)``: puts ``[[key, value], ...]`` (the loader's batches).
+* ``tpcc_scan(lo, hi, limit)``: one page of a table range, for consistency snapshots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.tpcc import schema
+from store.core.txn import Procedures
+
+C_DATA_LENGTH_MAX = 500  # clause 2.5.2.2: C_DATA keeps its first 500 characters
+STOCK_LEVEL_ORDERS = 20  # clause 2.8.2.2: the last 20 orders of the district
+ORDER_LINES_MAX = 15
+# The largest page a consistency snapshot reads in one transaction.
+SCAN_PAGE_MAX = 10_000
+# Customers with one last name in one district: about 3 at full scale; a generous limit.
+CUSTOMERS_PER_NAME_MAX = 1000
+
+
+def _middle(entries: list[tuple[str, Any]]) -> Any:
+    """Clause 2.5.2.2: of n rows sorted by C_FIRST, the one at position ceil(n / 2)."""
+    return entries[(len(entries) - 1) // 2][1]
+
+
+async def _customer_id_by_name(tx: Any, w_id: int, d_id: int, c_last: str) -> int:
+    lo, hi = schema.customer_name_range(w_id, d_id, c_last)
+    entries = await tx.scan(lo, hi, CUSTOMERS_PER_NAME_MAX)
+    if not entries:
+        tx.abort(f"no customer named {c_last} in warehouse {w_id} district {d_id}")
+    c_id: int = _middle(entries)
+    return c_id
+
+
+async def new_order(
+    tx: Any,
+    w_id: int,
+    d_id: int,
+    c_id: int,
+    lines: list[list[int]],
+    entry_d: int,
+    item_copy: int,
+) -> dict[str, Any]:
+    """Clause 2.4.2: enter an order of 5 to 15 lines and take the items from stock."""
+    assert 1 <= len(lines) <= ORDER_LINES_MAX, "an order has 5 to 15 lines (clause 2.4.1.3)"
+    warehouse, district, customer = (
+        schema.warehouse_key(w_id),
+        schema.district_key(w_id, d_id),
+        schema.customer_key(w_id, d_id, c_id),
+    )
+    item_keys = [schema.item_key(item_copy, i_id) for i_id, _, _ in lines]
+    stock_keys = [schema.stock_key(supply_w_id, i_id) for i_id, supply_w_id, _ in lines]
+    values = await tx.get_many([warehouse, district, customer, *item_keys, *stock_keys])
+    w_row, d_row, c_row = values[0], values[1], values[2]
+    items = values[3 : 3 + len(lines)]
+    stocks = dict(zip(stock_keys, values[3 + len(lines) :], strict=True))
+    assert w_row is not None and d_row is not None and c_row is not None, "missing rows"
+    for (i_id, _, _), item in zip(lines, items, strict=True):
+        if item is None:
+            # Clause 2.4.2.3: an unused item id rolls the whole transaction back.
+            tx.abort(f"item {i_id} not found")
+
+    o_id = d_row["d_next_o_id"]
+    tx.put(district, {**d_row, "d_next_o_id": o_id + 1})
+    all_local = all(supply_w_id == w_id for _, supply_w_id, _ in lines)
+    tx.put(
+        schema.order_key(w_id, d_id, o_id),
+        {
+            "o_id": o_id,
+            "o_d_id": d_id,
+            "o_w_id": w_id,
+            "o_c_id": c_id,
+            "o_entry_d": entry_d,
+            "o_carrier_id": None,
+            "o_ol_cnt": len(lines),
+            "o_all_local": int(all_local),
+        },
+    )
+    tx.put(schema.new_order_key(w_id, d_id, o_id), {"no_o_id": o_id})
+    tx.put(schema.customer_order_key(w_id, d_id, c_id), o_id)
+
+    dist_info_field = f"s_dist_{d_id:02d}"
+    amount_cents = 0
+    shown_lines = []
+    for number, ((i_id, supply_w_id, quantity), item) in enumerate(
+        zip(lines, items, strict=True), start=1
+    ):
+        key = schema.stock_key(supply_w_id, i_id)
+        # The same item may appear twice in an order: the second line sees the first's update.
+        stock = stocks[key]
+        assert stock is not None, f"no stock row {key}"
+        s_quantity = stock["s_quantity"]
+        if s_quantity >= quantity + 10:
+            s_quantity -= quantity
+        else:
+            s_quantity = s_quantity - quantity + 91
+        stock = {
+            **stock,
+            "s_quantity": s_quantity,
+            "s_ytd": stock["s_ytd"] + quantity,
+            "s_order_cnt": stock["s_order_cnt"] + 1,
+            "s_remote_cnt": stock["s_remote_cnt"] + (supply_w_id != w_id),
+        }
+        stocks[key] = stock
+        tx.put(key, stock)
+        ol_amount = quantity * item["i_price"]
+        amount_cents += ol_amount
+        original = "ORIGINAL" in item["i_data"] and "ORIGINAL" in stock["s_data"]
+        tx.put(
+            schema.order_line_key(w_id, d_id, o_id, number),
+            {
+                "ol_o_id": o_id,
+                "ol_d_id": d_id,
+                "ol_w_id": w_id,
+                "ol_number": number,
+                "ol_i_id": i_id,
+                "ol_supply_w_id": supply_w_id,
+                "ol_delivery_d": None,
+                "ol_quantity": quantity,
+                "ol_amount": ol_amount,
+                "ol_dist_info": stock[dist_info_field],
+            },
+        )
+        shown_lines.append(
+            [supply_w_id, i_id, item["i_name"], quantity, s_quantity,
+             "B" if original else "G", item["i_price"], ol_amount]
+        )
+    total_cents = (
+        amount_cents
+        * (10_000 - c_row["c_discount"])
+        * (10_000 + w_row["w_tax"] + d_row["d_tax"])
+        / 10_000**2
+    )
+    return {
+        "o_id": o_id,
+        "o_ol_cnt": len(lines),
+        "c_last": c_row["c_last"],
+        "c_credit": c_row["c_credit"],
+        "c_discount": c_row["c_discount"],
+        "w_tax": w_row["w_tax"],
+        "d_tax": d_row["d_tax"],
+        "total_amount_cents": total_cents,
+        "lines": shown_lines,
+    }
+
+
+async def payment(
+    tx: Any,
+    w_id: int,
+    d_id: int,
+    c_w_id: int,
+    c_d_id: int,
+    c_id: int | None,
+    c_last: str | None,
+    h_amount: int,
+    h_date: int,
+    history_id: str,
+) -> dict[str, Any]:
+    """Clause 2.5.2: record a customer's payment in warehouse, district, customer and history."""
+    assert (c_id is None) != (c_last is None), "select the customer by id or by last name"
+    if c_id is None:
+        assert c_last is not None
+        c_id = await _customer_id_by_name(tx, c_w_id, c_d_id, c_last)
+    warehouse = schema.warehouse_key(w_id)
+    district = schema.district_key(w_id, d_id)
+    customer = schema.customer_key(c_w_id, c_d_id, c_id)
+    w_row, d_row, c_row = await tx.get_many([warehouse, district, customer])
+    assert w_row is not None and d_row is not None, "missing warehouse or district"
+    if c_row is None:
+        tx.abort(f"no customer {c_id} in warehouse {c_w_id} district {c_d_id}")
+    tx.put(warehouse, {**w_row, "w_ytd": w_row["w_ytd"] + h_amount})
+    tx.put(district, {**d_row, "d_ytd": d_row["d_ytd"] + h_amount})
+    c_row = {
+        **c_row,
+        "c_balance": c_row["c_balance"] - h_amount,
+        "c_ytd_payment": c_row["c_ytd_payment"] + h_amount,
+        "c_payment_cnt": c_row["c_payment_cnt"] + 1,
+    }
+    if c_row["c_credit"] == "BC":
+        entry = f"{c_id} {c_d_id} {c_w_id} {d_id} {w_id} {h_amount / 100:.2f}|"
+        c_row["c_data"] = (entry + c_row["c_data"])[:C_DATA_LENGTH_MAX]
+    tx.put(customer, c_row)
+    tx.put(
+        schema.history_key(w_id, d_id, history_id),
+        {
+            "h_c_id": c_id,
+            "h_c_d_id": c_d_id,
+            "h_c_w_id": c_w_id,
+            "h_d_id": d_id,
+            "h_w_id": w_id,
+            "h_date": h_date,
+            "h_amount": h_amount,
+            "h_data": f"{w_row['w_name']}    {d_row['d_name']}",
+        },
+    )
+    shown = {name: c_row[name] for name in _CUSTOMER_SHOWN}
+    if c_row["c_credit"] == "BC":
+        shown["c_data"] = c_row["c_data"][:200]
+    return {"c_id": c_id, "customer": shown, "h_amount": h_amount, "h_date": h_date}
+
+
+_CUSTOMER_SHOWN = (
+    "c_first", "c_middle", "c_last", "c_street_1", "c_street_2", "c_city", "c_state", "c_zip",
+    "c_phone", "c_since", "c_credit", "c_credit_lim", "c_discount", "c_balance",
+)
+
+
+async def order_status(
+    tx: Any, w_id: int, d_id: int, c_id: int | None, c_last: str | None
+) -> dict[str, Any]:
+    """Clause 2.6.2: a customer's balance and their latest order with its lines (read-only)."""
+    assert (c_id is None) != (c_last is None), "select the customer by id or by last name"
+    if c_id is None:
+        assert c_last is not None
+        c_id = await _customer_id_by_name(tx, w_id, d_id, c_last)
+    c_row, o_id = await tx.get_many(
+        [schema.customer_key(w_id, d_id, c_id), schema.customer_order_key(w_id, d_id, c_id)]
+    )
+    if c_row is None:
+        tx.abort(f"no customer {c_id} in warehouse {w_id} district {d_id}")
+    result: dict[str, Any] = {
+        "c_id": c_id,
+        "c_first": c_row["c_first"],
+        "c_middle": c_row["c_middle"],
+        "c_last": c_row["c_last"],
+        "c_balance": c_row["c_balance"],
+        "order": None,
+        "lines": [],
+    }
+    if o_id is None:
+        return result  # a customer with no order yet (not in the initial database)
+    order = await tx.get(schema.order_key(w_id, d_id, o_id))
+    assert order is not None, f"the latest-order index names a missing order {o_id}"
+    result["order"] = {
+        "o_id": o_id,
+        "o_entry_d": order["o_entry_d"],
+        "o_carrier_id": order["o_carrier_id"],
+    }
+    line_rows = await tx.get_many(
+        [schema.order_line_key(w_id, d_id, o_id, n) for n in range(1, order["o_ol_cnt"] + 1)]
+    )
+    result["lines"] = [
+        [line["ol_supply_w_id"], line["ol_i_id"], line["ol_quantity"], line["ol_amount"],
+         line["ol_delivery_d"]]
+        for line in line_rows
+    ]
+    return result
+
+
+async def delivery(tx: Any, w_id: int, o_carrier_id: int, delivery_d: int) -> dict[str, Any]:
+    """Clause 2.7.4: deliver the oldest undelivered order of each of the ten districts.
+
+    A district with no undelivered order is skipped (clause 2.7.4.2) and reported in the
+    result, as the specification asks the deferred execution to record it.
+    """
+    districts = range(1, schema.DISTRICTS_PER_WAREHOUSE + 1)
+    oldest_keys = [schema.oldest_new_order_key(w_id, d_id) for d_id in districts]
+    oldest = await tx.get_many(oldest_keys)
+    assert all(o_id is not None for o_id in oldest), "the oldest-new-order index is missing"
+    candidate_keys = []
+    for d_id, o_id in zip(districts, oldest, strict=True):
+        candidate_keys += [schema.new_order_key(w_id, d_id, o_id), schema.order_key(w_id, d_id, o_id)]
+    candidates = await tx.get_many(candidate_keys)
+    to_deliver = []  # (d_id, o_id, order row)
+    skipped = []
+    for index, (d_id, o_id) in enumerate(zip(districts, oldest, strict=True)):
+        new_order_row, order = candidates[2 * index], candidates[2 * index + 1]
+        if new_order_row is None:
+            skipped.append(d_id)
+            continue
+        assert order is not None, f"new order {w_id}/{d_id}/{o_id} has no ORDER row"
+        to_deliver.append((d_id, o_id, order))
+    if not to_deliver:
+        return {"delivered": [], "skipped": skipped}
+    keys = []
+    for d_id, o_id, order in to_deliver:
+        keys.append(schema.customer_key(w_id, d_id, order["o_c_id"]))
+        keys += [schema.order_line_key(w_id, d_id, o_id, n) for n in range(1, order["o_ol_cnt"] + 1)]
+    rows = iter(await tx.get_many(keys))
+    delivered = []
+    for d_id, o_id, order in to_deliver:
+        customer_key = schema.customer_key(w_id, d_id, order["o_c_id"])
+        customer = next(rows)
+        tx.delete(schema.new_order_key(w_id, d_id, o_id))
+        tx.put(schema.oldest_new_order_key(w_id, d_id), o_id + 1)
+        tx.put(schema.order_key(w_id, d_id, o_id), {**order, "o_carrier_id": o_carrier_id})
+        amount_cents = 0
+        for number in range(1, order["o_ol_cnt"] + 1):
+            line = next(rows)
+            assert line is not None, f"order {w_id}/{d_id}/{o_id} misses line {number}"
+            amount_cents += line["ol_amount"]
+            tx.put(
+                schema.order_line_key(w_id, d_id, o_id, number),
+                {**line, "ol_delivery_d": delivery_d},
+            )
+        assert customer is not None, f"order {w_id}/{d_id}/{o_id} names a missing customer"
+        tx.put(
+            customer_key,
+            {
+                **customer,
+                "c_balance": customer["c_balance"] + amount_cents,
+                "c_delivery_cnt": customer["c_delivery_cnt"] + 1,
+            },
+        )
+        delivered.append([d_id, o_id])
+    return {"delivered": delivered, "skipped": skipped}
+
+
+async def stock_level(tx: Any, w_id: int, d_id: int, threshold: int) -> int:
+    """Clause 2.8.2: distinct items of the district's last 20 orders with stock below threshold."""
+    district = await tx.get(schema.district_key(w_id, d_id))
+    assert district is not None, f"no district {w_id}/{d_id}"
+    next_o_id = district["d_next_o_id"]
+    lo, hi = schema.order_lines_range(w_id, d_id, max(1, next_o_id - STOCK_LEVEL_ORDERS), next_o_id)
+    lines = await tx.scan(lo, hi, STOCK_LEVEL_ORDERS * ORDER_LINES_MAX)
+    item_ids = sorted({line["ol_i_id"] for _, line in lines})
+    stocks = await tx.get_many([schema.stock_key(w_id, i_id) for i_id in item_ids])
+    return sum(1 for stock in stocks if stock is not None and stock["s_quantity"] < threshold)
+
+
+async def load(tx: Any, rows: list[list[Any]]) -> int:
+    """Puts a batch of initial rows; the loader keeps each batch on one shard."""
+    for key, value in rows:
+        tx.put(key, value)
+    return len(rows)
+
+
+async def scan(tx: Any, lo: str, hi: str, limit: int) -> list[list[Any]]:
+    """One page of ``[lo, hi)``; the snapshot for the consistency checks pages through tables."""
+    assert 0 < limit <= SCAN_PAGE_MAX
+    return [[key, value] for key, value in await tx.scan(lo, hi, limit)]
+
+
+PROCEDURES = {
+    "tpcc_new_order": new_order,
+    "tpcc_payment": payment,
+    "tpcc_order_status": order_status,
+    "tpcc_delivery": delivery,
+    "tpcc_stock_level": stock_level,
+    "tpcc_load": load,
+    "tpcc_scan": scan,
+}
+
+
+def register(procedures: Procedures) -> None:
+    """Installs the TPC-C procedures: the registration function the cluster TOML names."""
+    for name, function in PROCEDURES.items():
+        procedures.register(name, function)

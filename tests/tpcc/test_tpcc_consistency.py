@@ -1,0 +1,118 @@
+"""Consistency conditions 1-12 (TPC-C clause 3.3.2): true after the load and after a mixed
+run on two shards; one corrupted value turns exactly the conditions that depend on it false."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bench.tpcc import consistency, schema
+from bench.tpcc.driver import Driver, DriverConfig
+from bench.tpcc.local import SimulatedTarget
+from tests.tpcc.conftest import TINY, Tiny
+
+ALL = set(consistency.CONDITIONS)
+
+
+def failed(rows: dict[str, Any]) -> set[int]:
+    report = consistency.check(rows, TINY)
+    return {number for number, holds in report.conditions.items() if not holds}
+
+
+def test_all_conditions_hold_after_the_load() -> None:
+    tiny = Tiny([1, 2, 3], 2)
+    report = consistency.check(tiny.rows(), TINY)
+    assert report.conditions == dict.fromkeys(ALL, True), report.summary()
+
+
+def test_all_conditions_hold_after_a_mixed_concurrent_run_on_two_shards() -> None:
+    """Eight terminals interleaved on the simulated cluster: conflicts, remote orders and
+    payments across the shards, rollbacks, deliveries."""
+    tiny = Tiny([1, 2, 3, 4], 2)
+    target = SimulatedTarget(tiny.cluster)
+    config = DriverConfig([1, 2, 3, 4], 2, TINY, terminals=8, seed=3, transactions_per_terminal=60)
+    stats = asyncio.run(Driver(target, config).run())
+    report = stats.report()
+    assert report["transactions"] == 8 * 60
+    assert report["per_type"]["delivery"]["completed"] > 0
+    assert report["cross_shard_fraction"] > 0
+    assert not report["errors"]
+    # The transactional snapshot and the replicas' stores agree, and both are consistent.
+    snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2, 3, 4], 2))
+    rows = tiny.rows()
+    assert snapshot == {key: value for key, value in rows.items() if not key.startswith("item/")}
+    verdict = consistency.check(snapshot, TINY)
+    assert verdict.all_true, verdict.summary()
+    assert len(verdict.conditions) == 12
+
+
+def first_key(rows: dict[str, Any], table: str, where: Callable[[Any], bool] = lambda _: True) -> str:
+    return next(key for key in sorted(rows) if key.startswith(table + "/") and where(rows[key]))
+
+
+def add(rows: dict[str, Any], table: str, field: str, delta: int) -> None:
+    key = first_key(rows, table)
+    rows[key] = {**rows[key], field: rows[key][field] + delta}
+
+
+def delete(rows: dict[str, Any], table: str, where: Callable[[Any], bool] = lambda _: True) -> None:
+    del rows[first_key(rows, table, where)]
+
+
+def set_field(rows: dict[str, Any], table: str, field: str, value: Any, where: Callable[[Any], bool]) -> None:
+    key = first_key(rows, table, where)
+    rows[key] = {**rows[key], field: value}
+
+
+def delete_middle_new_order(rows: dict[str, Any]) -> None:
+    keys = sorted(k for k in rows if k.startswith(schema.new_order_key(1, 1, 0)[:-8]))
+    del rows[keys[len(keys) // 2]]
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "expected"),
+    [
+        # W_YTD takes part in condition 1 (against D_YTD) and 8 (against HISTORY).
+        (lambda rows: add(rows, "warehouse", "w_ytd", 1), {1, 8}),
+        (lambda rows: add(rows, "district", "d_ytd", 1), {1, 9}),
+        (lambda rows: add(rows, "district", "d_next_o_id", 1), {2}),
+        # A hole in NEW-ORDER: 3, and its order now looks delivered without a carrier (5, 11).
+        (delete_middle_new_order, {3, 5, 11}),
+        (lambda rows: add(rows, "order", "o_ol_cnt", 1), {4, 6}),
+        (lambda rows: delete(rows, "order_line"), {4, 6}),
+        (
+            lambda rows: set_field(rows, "order", "o_carrier_id", None, lambda o: o["o_carrier_id"]),
+            {5, 7},
+        ),
+        (
+            lambda rows: set_field(
+                rows, "order_line", "ol_delivery_d", None, lambda line: line["ol_delivery_d"]
+            ),
+            {7},
+        ),
+        (lambda rows: add(rows, "history", "h_amount", 1), {8, 9, 10}),
+        (lambda rows: add(rows, "customer", "c_balance", 1), {10, 12}),
+        (lambda rows: add(rows, "customer", "c_ytd_payment", 1), {12}),
+        # A delivered line's amount counts in the customer's balance (10 and 12).
+        (lambda rows: add(rows, "order_line", "ol_amount", 1), {10, 12}),
+    ],
+)
+def test_a_corrupted_value_turns_its_conditions_false(
+    corrupt: Callable[[dict[str, Any]], None], expected: set[int]
+) -> None:
+    rows = Tiny([1, 2], 2).rows()
+    assert failed(rows) == set()
+    corrupt(rows)
+    assert failed(rows) == expected
+
+
+def test_a_failure_is_explained() -> None:
+    rows = Tiny([1], 1).rows()
+    rows[schema.warehouse_key(1)]["w_ytd"] += 5
+    report = consistency.check(rows, TINY)
+    assert report.conditions[1] is False
+    assert "warehouse 1: W_YTD" in report.failures[1][0]
+    assert "FAILED conditions 1, 8" in report.summary()
