@@ -123,6 +123,12 @@ class Rpc(RpcBase):
     def _request_flush(self) -> None:
         if self._in_dispatch or self._flush_scheduled or self._closed:
             return  # a dispatching callback flushes when it ends
+        if len(self._pending) <= 1:
+            # Idle endpoint: send at once; a lone request gains a loop iteration of latency.
+            self.transport.flush(self._core)
+            self._arm_timer(_monotonic_ns())
+            return
+        # Busy endpoint: requests from many coroutines leave together in one sendmmsg.
         self._flush_scheduled = True
         self._loop.call_soon(self._flush_soon)
 
@@ -149,8 +155,12 @@ class Rpc(RpcBase):
         if self._closed:
             return
         now = _monotonic_ns()
+        # Read what has arrived before judging timeouts: after a stall of the loop (GC, a slow
+        # handler), responses are already waiting in the socket and must not be mistaken for
+        # losses. The transport's receive also runs the core's due timers.
+        events = self.transport.receive(self._core, now)
         self._core.tick(now)
-        events = self._core.take_events()
+        events += self._core.take_events()
         if events:
             self._dispatch(events, now)
         self.transport.flush(self._core)
