@@ -190,7 +190,7 @@ class _Checker:
         self.txns = txns
         self.variant = variant
         self.examples_max = examples_max
-        self.anomalies: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.anomalies: dict[str, list[dict[str, Any]]] = {}
         self.counts: Counter[str] = Counter()
         self.graph = DependencyGraph(len(txns))
         self.reasons: dict[tuple[int, int, int], tuple[Any, Any, Any]] = {}
@@ -199,10 +199,19 @@ class _Checker:
         self.intermediate: set[tuple[Any, Any]] = set()
         self._committed_reads: list[tuple[Txn, int, Any, list[Any]]] | None = None
 
-    def report(self, kind: str, explanation: dict[str, Any]) -> None:
+    def wants(self, kind: str) -> bool:
+        """Count one anomaly of `kind`; True if its explanation should be kept.
+
+        Explanations are capped per type, and building them is the costly part in a badly
+        broken history, so callers build one only when it is wanted.
+        """
         self.counts[kind] += 1
-        if len(self.anomalies[kind]) < self.examples_max:
-            self.anomalies[kind].append(explanation)
+        self.anomalies.setdefault(kind, [])
+        return len(self.anomalies[kind]) < self.examples_max
+
+    def report(self, kind: str, explanation: dict[str, Any]) -> None:
+        """Keep an explanation; only after wants(kind) returned True."""
+        self.anomalies[kind].append(explanation)
 
     # -- Indexes ---------------------------------------------------------------------------
 
@@ -254,16 +263,17 @@ class _Checker:
                 }
                 future = [element for element in observed if element in later] if later else []
                 if future:
-                    self.report(
-                        "internal",
-                        {
-                            "op": txn.summary(),
-                            "mop": txn.mops[position],
-                            "future": future,
-                            "explanation": f"{txn.name} read {future!r} of key {key!r} "
-                            "before appending them itself",
-                        },
-                    )
+                    if self.wants("internal"):
+                        self.report(
+                            "internal",
+                            {
+                                "op": txn.summary(),
+                                "mop": txn.mops[position],
+                                "future": future,
+                                "explanation": f"{txn.name} read {future!r} of key {key!r} "
+                                "before appending them itself",
+                            },
+                        )
                     break
                 if key in state:
                     known, elements = state[key]
@@ -274,16 +284,17 @@ class _Checker:
                         bad = start < 0 or observed[start:] != elements
                     if bad:
                         expected = elements if known else [UNKNOWN_PREFIX, *elements]
-                        self.report(
-                            "internal",
-                            {
-                                "op": txn.summary(),
-                                "mop": txn.mops[position],
-                                "expected": expected,
-                                "explanation": f"{txn.name} read {observed!r} of key "
-                                f"{key!r}, but its own earlier operations imply {expected!r}",
-                            },
-                        )
+                        if self.wants("internal"):
+                            self.report(
+                                "internal",
+                                {
+                                    "op": txn.summary(),
+                                    "mop": txn.mops[position],
+                                    "expected": expected,
+                                    "explanation": f"{txn.name} read {observed!r} of key "
+                                    f"{key!r}, but its own earlier operations imply {expected!r}",
+                                },
+                            )
                         break
                 state[key] = (True, observed)
 
@@ -299,35 +310,40 @@ class _Checker:
             mop = txn.mops[position]
             if len(set(observed)) != len(observed):
                 counts = Counter(observed)
-                self.report(
-                    "duplicate-elements",
-                    {
-                        "op": txn.summary(),
-                        "mop": mop,
-                        "duplicates": {e: n for e, n in counts.items() if n > 1},
-                    },
-                )
-            failed = failed_elements.get(key)
-            if failed and not failed.isdisjoint(observed):
-                for element in observed:
-                    if element not in failed:
-                        continue
-                    writer = self.writer[(key, element)]
+                if self.wants("duplicate-elements"):
                     self.report(
-                        "G1a",
+                        "duplicate-elements",
                         {
                             "op": txn.summary(),
                             "mop": mop,
-                            "writer": writer.summary(),
-                            "element": element,
-                            "explanation": f"{txn.name} read element {element!r} of key "
-                            f"{key!r}, appended by {writer.name}, which failed",
+                            "duplicates": {e: n for e, n in counts.items() if n > 1},
                         },
                     )
+            failed = failed_elements.get(key)
+            hits = failed.intersection(observed) if failed else None
+            if hits:
+                self.counts["G1a"] += len(hits) - 1  # wants() below counts the first
+                if self.wants("G1a"):
+                    for element in [e for e in observed if e in hits][: self.examples_max]:
+                        writer = self.writer[(key, element)]
+                        if len(self.anomalies["G1a"]) >= self.examples_max:
+                            break
+                        self.report(
+                            "G1a",
+                            {
+                                "op": txn.summary(),
+                                "mop": mop,
+                                "writer": writer.summary(),
+                                "element": element,
+                                "explanation": f"{txn.name} read element {element!r} of key "
+                                f"{key!r}, appended by {writer.name}, which failed",
+                            },
+                        )
             if observed:
                 last = observed[-1]
                 writer = self.writer.get((key, last))
-                if writer is not None and writer is not txn and (key, last) in self.intermediate:
+                intermediate = writer is not None and (key, last) in self.intermediate
+                if intermediate and writer is not txn and self.wants("G1b"):
                     self.report(
                         "G1b",
                         {
@@ -361,7 +377,7 @@ class _Checker:
                         readers[key][first_read[key]].append(txn)
         for key, by_value in readers.items():
             for value, txns in by_value.items():
-                if len(txns) > 1:
+                if len(txns) > 1 and self.wants("lost-update"):
                     self.report(
                         "lost-update",
                         {
@@ -384,15 +400,16 @@ class _Checker:
             ordered = _by_length(seen)
             for shorter, longer in itertools.pairwise(ordered):
                 if longer[: len(shorter)] != shorter:
-                    self.report(
-                        "incompatible-order",
-                        {
-                            "key": key,
-                            "values": [list(shorter), list(longer)],
-                            "explanation": f"key {key!r} was read as {list(shorter)!r} and "
-                            f"as {list(longer)!r}; neither is a prefix of the other",
-                        },
-                    )
+                    if self.wants("incompatible-order"):
+                        self.report(
+                            "incompatible-order",
+                            {
+                                "key": key,
+                                "values": [list(shorter), list(longer)],
+                                "explanation": f"key {key!r} was read as {list(shorter)!r} and "
+                                f"as {list(longer)!r}; neither is a prefix of the other",
+                            },
+                        )
                     break
             orders[key] = list(dict.fromkeys(ordered[-1]))
         return orders
@@ -522,7 +539,8 @@ class _Checker:
                     continue
                 cycle, labels = found
                 kind = _classify(labels)
-                self.report(kind, self.explain_cycle(kind, cycle, labels))
+                if self.wants(kind):
+                    self.report(kind, self.explain_cycle(kind, cycle, labels))
                 implied |= _implied_by(kind)
 
     def explain_cycle(self, kind: str, cycle: list[int], labels: list[int]) -> dict[str, Any]:
