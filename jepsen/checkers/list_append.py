@@ -25,7 +25,9 @@ names exactly the writes it saw, in the order they took effect.
    shown element's writer and ``rw`` edges from the readers of the longest state. This is
    the sound inference that a committed read which lacks a committed append's element
    precedes that append; along the ``ww`` chain it relates every such reader to every such
-   appender with a linear number of edges.
+   appender with a linear number of edges. A read that ends at another transaction's
+   intermediate append (G1b, below) gives no ``wr`` edge: as in Adya's graphs, only a
+   transaction's final version of a key is a version others depend on.
 4. *Time.* For strict serializability, T1 -> T2 (``realtime``) when T1 completed before T2
    was invoked, in history order; we keep only the transitive reduction (edges from the
    "frontier" of latest completions), a few per transaction. Optionally ``process`` edges
