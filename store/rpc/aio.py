@@ -56,11 +56,13 @@ class Rpc(RpcBase):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
         self._tasks: set[asyncio.Task[Any]] = set()
-        fd = transport.fileno()
-        if fd is None:
-            raise ValueError("the asyncio endpoint needs a transport with a file descriptor")
-        self._fd = fd
-        self._loop.add_reader(fd, self._on_readable)
+        self._fd = transport.fileno()
+        if self._fd is not None:
+            self._loop.add_reader(self._fd, self._on_readable)
+        else:
+            # A transport without a descriptor (RDMA: a completion queue) is busy-polled
+            # once per loop iteration, as eRPC's event loop polls its NIC queues.
+            self._loop.call_soon(self._poll)
 
     @classmethod
     def udp(
@@ -149,6 +151,12 @@ class Rpc(RpcBase):
         self.transport.flush(self._core)
         self._arm_timer(now)
 
+    def _poll(self) -> None:
+        if self._closed:
+            return
+        self._on_readable()
+        self._loop.call_soon(self._poll)
+
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = -1
@@ -222,7 +230,8 @@ class Rpc(RpcBase):
             self.destroy_session(session)
         self.transport.flush(self._core)
         self._closed = True
-        self._loop.remove_reader(self._fd)
+        if self._fd is not None:
+            self._loop.remove_reader(self._fd)
         if self._timer is not None:
             self._timer.cancel()
         for task in list(self._tasks):
