@@ -82,7 +82,7 @@ class Symbol(str):
         return f"Symbol({str.__repr__(self)})"
 
 
-class EdnList(tuple):
+class EdnList(tuple[Any, ...]):
     """An EDN list ``(a b c)``; a tuple so that it is hashable and distinct from vectors."""
 
     __slots__ = ()
@@ -210,6 +210,7 @@ class _Reader:
             self.position = match.end()
             kind = match.lastgroup
             token = match.group()
+            value: Any
             if kind == "skip":
                 continue
             if kind == "open":

@@ -62,7 +62,7 @@ def check_bank(
         for op in history
         if op.type == "ok" and op.f in ("read", None) and _balances(op) is not None
     ]
-    expected_total = total
+    expected_total: float | None = total
     bad_reads: list[dict[str, Any]] = []
     for op in reads:
         balances = _balances(op)

@@ -137,13 +137,13 @@ class DependencyGraph:
             return None
         visits_left = BOUNDED_SEARCH_VISITS_MAX
         for source, target in anchors:
-            closing = self._shortest_path(target, source, path, vertices, visits_left)
-            if isinstance(closing, int):
-                visits_left = closing
-                if visits_left <= 0:
-                    return None
-                continue
-            return self._labelled(source, closing, anchor, path)
+            closing, visits_left = self._bounded_shortest_path(
+                target, source, path, vertices, visits_left
+            )
+            if closing is not None:
+                return self._labelled(source, closing, anchor, path)
+            if visits_left <= 0:
+                return None
         return None
 
     def _labelled(
@@ -157,18 +157,22 @@ class DependencyGraph:
         return cycle, labels
 
     def _shortest_path(
-        self,
-        start: int,
-        goal: int,
-        kinds: int,
-        within: set[int],
-        visits_max: int | None = None,
-    ) -> list[int] | int | None:
-        """Shortest `kinds` path start..goal inside `within` (BFS).
+        self, start: int, goal: int, kinds: int, within: set[int]
+    ) -> list[int] | None:
+        """Shortest `kinds` path start..goal inside `within` (BFS)."""
+        found, _ = self._bounded_shortest_path(start, goal, kinds, within, None)
+        return found
 
-        With `visits_max`, returns the visits left (an int) when no path was found, so a
-        caller can spread one budget over many searches.
+    def _bounded_shortest_path(
+        self, start: int, goal: int, kinds: int, within: set[int], visits_max: int | None
+    ) -> tuple[list[int] | None, int]:
+        """Like _shortest_path, giving up after `visits_max` edge visits (None: never).
+
+        Returns the path or None, and the visits left, so that a caller can spread one
+        budget over many searches.
         """
+        if start == goal:
+            return [start], visits_max or 0
         parent = {start: start}
         queue = deque([start])
         visits = 0
@@ -185,13 +189,11 @@ class DependencyGraph:
                     while found[-1] != start:
                         found.append(parent[found[-1]])
                     found.reverse()
-                    return found
+                    return found, 0 if visits_max is None else visits_max - visits
                 queue.append(target)
             if visits_max is not None and visits >= visits_max:
-                return 0
-        if start == goal:
-            return [start]
-        return None if visits_max is None else visits_max - visits
+                return None, 0
+        return None, 0 if visits_max is None else visits_max - visits
 
 
 def strongly_connected_components(

@@ -124,7 +124,7 @@ class Txn:
 
 
 def _is_mop_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
+    return isinstance(value, list | tuple) and all(
         isinstance(mop, list | tuple) and len(mop) == 3 and isinstance(mop[0], str) for mop in value
     )
 
@@ -138,7 +138,9 @@ def transactions(history: Sequence[Op]) -> list[Txn]:
     pending: dict[Any, tuple[Op, int]] = {}
     txns: list[Txn] = []
 
-    def add(type_: str, invoke: Op | None, complete: Op | None, start: int, end: int | None):
+    def add(
+        type_: str, invoke: Op | None, complete: Op | None, start: int, end: int | None
+    ) -> None:
         invoke_value = invoke.value if invoke is not None else None
         complete_value = complete.value if complete is not None else None
         if type_ == "ok":
@@ -147,6 +149,7 @@ def transactions(history: Sequence[Op]) -> list[Txn]:
             value = complete_value if _is_mop_list(complete_value) else invoke_value
         if not _is_mop_list(value):
             return
+        assert value is not None
         for mop in value:
             if mop[0] not in ("append", "r"):
                 raise InvalidHistory(f"micro-op {mop!r} is neither an append nor a read")
@@ -343,18 +346,19 @@ class _Checker:
                         )
             if observed:
                 last = observed[-1]
-                writer = self.writer.get((key, last))
-                intermediate = writer is not None and (key, last) in self.intermediate
-                if intermediate and writer is not txn and self.wants("G1b"):
+                last_writer = self.writer.get((key, last))
+                intermediate = last_writer is not None and (key, last) in self.intermediate
+                if intermediate and last_writer is not txn and self.wants("G1b"):
+                    assert last_writer is not None
                     self.report(
                         "G1b",
                         {
                             "op": txn.summary(),
                             "mop": mop,
-                            "writer": writer.summary(),
+                            "writer": last_writer.summary(),
                             "element": last,
                             "explanation": f"{txn.name} read key {key!r} ending at "
-                            f"{last!r}, an intermediate append of {writer.name}, which "
+                            f"{last!r}, an intermediate append of {last_writer.name}, which "
                             "appended to that key again",
                         },
                     )
@@ -496,11 +500,11 @@ class _Checker:
         for _position, is_invoke, txn in events:
             if is_invoke:
                 predecessors[txn.id] = list(frontier)
-                for before in frontier.values():
-                    self.link(before, txn, REALTIME, (None, None, None))
+                for earlier in frontier.values():
+                    self.link(earlier, txn, REALTIME, (None, None, None))
             else:
-                for before in predecessors.get(txn.id, ()):
-                    frontier.pop(before, None)
+                for earlier_id in predecessors.get(txn.id, ()):
+                    frontier.pop(earlier_id, None)
                 frontier[txn.id] = txn
 
     # -- Cycles ----------------------------------------------------------------------------
