@@ -175,7 +175,11 @@ class Coordinator:
                 self._reply(src, Outcome(txn.seq, Status.CERTIFIED, None, txn.vc, ""))
             return
         if len(self._by_client) >= self.settings.txns_in_flight_max:
-            self._reply(src, Outcome(submit.seq, Status.UNAVAILABLE, None, EMPTY, "overloaded"))
+            # Remembered like any outcome: a duplicate of this request that arrives later must
+            # not run what the client was told did not run. The client retries with a new id.
+            outcome = Outcome(submit.seq, Status.UNAVAILABLE, None, EMPTY, "overloaded")
+            self._remember(key, outcome)
+            self._reply(src, outcome)
             return
         txn_id = (self._next_seq << 16) | self.coordinator_id
         self._next_seq += 1
@@ -184,26 +188,28 @@ class Coordinator:
         try:
             txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
         except UnknownProcedure as exc:
-            self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(exc), remember=True)
+            self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(exc))
             return
         except InvalidRequest as exc:
-            self._finish_client(txn, Status.INVALID, None, str(exc), remember=True)
+            self._finish_client(txn, Status.INVALID, None, str(exc))
             return
         self._txns[txn_id] = txn
         self._by_client[key] = txn_id
         self._drive(now_ns, txn, None)
 
-    def _finish_client(
-        self, txn: _Txn, status: Status, result: Any, detail: str, remember: bool
-    ) -> None:
+    def _finish_client(self, txn: _Txn, status: Status, result: Any, detail: str) -> None:
         outcome = Outcome(txn.seq, status, result, txn.vc, detail)
         key = (txn.client_id, txn.seq)
         self._by_client.pop(key, None)
-        if remember:
-            self._outcomes[key] = outcome
-            if len(self._outcomes) > self.settings.outcomes_remembered_max:
-                self._outcomes.popitem(last=False)
+        self._remember(key, outcome)
         self._reply(txn.reply_to, outcome)
+
+    def _remember(self, key: tuple[str, int], outcome: Outcome) -> None:
+        """Every final outcome is remembered, aborts included: a duplicate of a request
+        that arrives after its abort must get the abort, not run the transaction again."""
+        self._outcomes[key] = outcome
+        if len(self._outcomes) > self.settings.outcomes_remembered_max:
+            self._outcomes.popitem(last=False)
 
     # ---- execution -----------------------------------------------------------------------
 
@@ -344,10 +350,7 @@ class Coordinator:
         del self._txns[txn.txn_id]
         if status == Status.ABORTED:
             self.counters["aborted"] += 1
-        # A conflict or an unreachable shard changed nothing: a retry with the same id runs
-        # again. Every other outcome is final and is what a retry gets back.
-        remember = status not in (Status.ABORTED, Status.UNAVAILABLE)
-        self._finish_client(txn, status, None, detail, remember=remember)
+        self._finish_client(txn, status, None, detail)
 
     # ---- certification -------------------------------------------------------------------
 
@@ -512,12 +515,12 @@ class Coordinator:
         for txn in done:
             del self._awaiting_commit[txn.txn_id]
             self.counters["committed"] += 1
-            self._finish_client(txn, Status.COMMITTED, txn.result_value, "", remember=True)
+            self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
             self._forget_if_done(txn)
 
     def _aborted(self, txn: _Txn, detail: str) -> None:
         self.counters["aborted"] += 1
-        self._finish_client(txn, Status.ABORTED, None, detail, remember=False)
+        self._finish_client(txn, Status.ABORTED, None, detail)
         txn.phase = ABORTING
         self._forget_if_done(txn)
 

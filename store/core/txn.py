@@ -100,38 +100,45 @@ def check_value(value: object, settings: Settings) -> None:
 class Tx:
     """The handle a procedure gets. Reads are awaited; writes are buffered."""
 
-    __slots__ = ("_settings", "writes")
+    __slots__ = ("_read", "_settings", "writes")
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         # key -> (value, deleted); insertion order is the order of first write.
         self.writes: dict[str, tuple[Any, bool]] = {}
+        # Values already read: a key is read from the store at most once per transaction,
+        # so a procedure sees one consistent value and pays one round for it.
+        self._read: dict[str, Any] = {}
 
     async def get(self, key: str) -> Any:
         """The value of ``key``, or None if it does not exist."""
-        check_key(key, self._settings)
         buffered = self.writes.get(key)
         if buffered is not None:
             return None if buffered[1] else buffered[0]
+        read = self._read
+        if key in read:
+            return read[key]
+        check_key(key, self._settings)
         values, _ = await ReadBatch([key], [])
+        read[key] = values[0]
         return values[0]
 
     async def get_many(self, keys: Sequence[str]) -> list[Any]:
         """Values of several keys, read in one round per shard."""
-        for key in keys:
-            check_key(key, self._settings)
-        missing = [key for key in keys if key not in self.writes]
-        fetched: dict[str, Any] = {}
+        writes, read = self.writes, self._read
+        missing = list(dict.fromkeys(k for k in keys if k not in writes and k not in read))
         if missing:
-            values, _ = await ReadBatch(list(dict.fromkeys(missing)), [])
-            fetched = dict(zip(dict.fromkeys(missing), values, strict=True))
+            for key in missing:
+                check_key(key, self._settings)
+            values, _ = await ReadBatch(missing, [])
+            read.update(zip(missing, values, strict=True))
         result = []
         for key in keys:
-            buffered = self.writes.get(key)
+            buffered = writes.get(key)
             if buffered is not None:
                 result.append(None if buffered[1] else buffered[0])
             else:
-                result.append(fetched[key])
+                result.append(read[key])
         return result
 
     async def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
@@ -226,6 +233,9 @@ OP_ARITY = {
 }
 
 
+_READING_OPS = frozenset({"get", "append", "cas", "increment"})
+
+
 def check_ops(ops: object, settings: Settings) -> list[list[Any]]:
     """Validates an operation list before anything runs; InvalidRequest if malformed."""
     if type(ops) is not list:
@@ -261,18 +271,15 @@ def check_ops(ops: object, settings: Settings) -> list[list[Any]]:
 async def run_ops(tx: Tx, ops: list[list[Any]]) -> list[Any]:
     """Runs a built-in operation list; one result per operation.
 
-    Point reads at the start of the list are fetched in one batch, so a read-only list of
-    gets costs one round per shard.
+    Every key the list reads (get, append, increment, compare-and-set) is fetched first in
+    one batch, so the whole list costs one round per shard; the operations then run in order
+    on the fetched values and the transaction's own writes.
     """
-    leading_gets = []
-    for op in ops:
-        if op[0] != "get":
-            break
-        leading_gets.append(op[1])
+    read_keys = [op[1] for op in ops if op[0] in _READING_OPS]
+    if read_keys:
+        await tx.get_many(read_keys)
     results: list[Any] = []
-    if leading_gets:
-        results.extend(await tx.get_many(leading_gets))
-    for op in ops[len(leading_gets) :]:
+    for op in ops:
         name = op[0]
         if name == "get":
             results.append(await tx.get(op[1]))
