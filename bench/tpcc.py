@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -213,7 +214,7 @@ async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
         config = DriverConfig(
             warehouses, shard_count, scale, terminals, seed=args.seed, duration_s=args.duration,
-            run_id=f"run{args.seed}",
+            run_id=re.sub(r"[^A-Za-z0-9-]", "-", run_dir.name),
         )
         driver = Driver(session.target, config, on_second=None if args.no_progress else _live_line)
         stats = await driver.run()

@@ -202,7 +202,8 @@ class Stats:
         errors = sum(s.errors for s in self.by_type.values())
         attempts = completed + aborts + errors
         elapsed = max(self.elapsed_s, 1e-9)
-        seconds = max(self.per_second, default=-1) + 1
+        # Whole seconds only: the last, partial second would look like a drop in the plot.
+        seconds = int(self.elapsed_s)
         return {
             "elapsed_s": round(self.elapsed_s, 3),
             "transactions": completed,
@@ -270,7 +271,8 @@ class DriverConfig:
     # terminal, whichever comes first; at least one must be set.
     duration_s: float | None = None
     transactions_per_terminal: int | None = None
-    # Distinguishes HISTORY row ids of several runs on one database.
+    # Distinguishes HISTORY row ids of several runs on one database (inputs depend on the
+    # seed alone, so a seed replays the same inputs).
     run_id: str = ""
     attempts_max: int = ATTEMPTS_MAX
 
@@ -293,7 +295,7 @@ class Driver:
         self.constants = rand.run_constants(
             loader.constants_for_seed(config.seed), random.Random(f"tpcc-run/{config.seed}")
         )
-        deck_rng = random.Random(f"tpcc-decks/{config.seed}/{config.run_id}")
+        deck_rng = random.Random(f"tpcc-decks/{config.seed}")
         self.mix = rand.mix_deck(deck_rng)
         self.rollbacks = rand.rollback_deck(deck_rng)
         self._start = 0.0
@@ -304,7 +306,7 @@ class Driver:
         warehouses = sorted(config.warehouses)
         home_w_id = warehouses[index % len(warehouses)]
         home_d_id = (index // len(warehouses)) % DISTRICTS_PER_WAREHOUSE + 1
-        rng = random.Random(f"tpcc-terminal/{config.seed}/{config.run_id}/{index}")
+        rng = random.Random(f"tpcc-terminal/{config.seed}/{index}")
         prefix = f"{config.run_id or f's{config.seed}'}-t{index}"
         return Inputs(
             rng, self.constants, config.scale, warehouses, config.shard_count,
