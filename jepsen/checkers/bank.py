@@ -27,6 +27,15 @@ from jepsen.history import Op
 __all__ = ["check_bank"]
 
 
+def _is_read(op: Op) -> bool:
+    if not isinstance(op.value, dict):
+        return False
+    if op.f is None:
+        # Without :f, tell a read from a transfer by its keys.
+        return "from" not in op.value and "amount" not in op.value
+    return op.f == "read"
+
+
 def _balances(op: Op) -> dict[Any, Any] | None:
     value = op.value
     return value if isinstance(value, dict) else None
@@ -57,11 +66,7 @@ def check_bank(
     - ``first_error``: the first of ``bad_reads`` or ``None``.
     """
     expected_accounts = None if accounts is None else set(accounts)
-    reads = [
-        op
-        for op in history
-        if op.type == "ok" and op.f in ("read", None) and _balances(op) is not None
-    ]
+    reads = [op for op in history if op.type == "ok" and _is_read(op)]
     expected_total: float | None = total
     bad_reads: list[dict[str, Any]] = []
     for op in reads:

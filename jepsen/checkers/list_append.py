@@ -481,7 +481,10 @@ class _Checker:
                     continue
                 if txn.process in previous:
                     self.link(previous[txn.process], txn, PROCESS, (None, None, None))
-                previous[txn.process] = txn
+                # An indeterminate transaction may take effect after its process moved on (a
+                # harness may reuse the process), so it precedes nothing.
+                if txn.type == "ok":
+                    previous[txn.process] = txn
 
     def _add_realtime_edges(self) -> None:
         # T1 -> T2 when T1 completed before T2 was invoked. The frontier holds completed

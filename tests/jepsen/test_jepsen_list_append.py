@@ -275,6 +275,15 @@ def test_process_order_variant() -> None:
     assert result["anomaly_types"] == ["G-single-process"]
 
 
+def test_indeterminate_transaction_precedes_nothing_in_its_process() -> None:
+    # The :info append may take effect after the process's next transaction read x.
+    h = HistoryBuilder()
+    h.invoke(0, (A, "x", 1)).complete(0, "info")
+    h.txn(0, (R, "x", []))
+    assert _check(h, realtime=False, process=True)["valid"]
+    assert _check(h)["valid"]
+
+
 # -- Rules of the workload -----------------------------------------------------------------
 
 
