@@ -65,6 +65,7 @@ typedef struct mr_session {
     mr_backlog *backlog_head, *backlog_tail;
     uint32_t backlog_len;
     uint32_t kick_cursor;
+    uint32_t generation; /* distinguishes successive sessions with the same number */
 } mr_session;
 
 typedef struct mr_txent {
@@ -97,6 +98,8 @@ struct mr_core {
 
     mr_session *sessions;
     uint32_t server_credits_used;
+    uint32_t next_generation;
+    uint64_t rx_reassembly_bytes; /* server: bytes of requests still being received */
 
     mr_txent *tx;
     uint8_t *txbuf;
@@ -232,6 +235,7 @@ void mr_settings_default(mr_settings *s) {
     s->session_timeout_ns = 1000000000ull;
     s->backlog_max = 4096;
     s->tx_queue_max = 65536;
+    s->rx_reassembly_bytes_max = 256ull << 20;
     s->seed = 1;
 }
 
@@ -249,6 +253,8 @@ const char *mr_settings_check(const mr_settings *s) {
     if (s->sessions_max < 1 || s->sessions_max > 0xFFFF) return "sessions_max must be in [1, 65535]";
     if (s->session_timeout_ns < s->rto_ns) return "session_timeout_ns must be >= rto_ns";
     if (s->tx_queue_max < 16) return "tx_queue_max must be >= 16";
+    if (s->rx_reassembly_bytes_max < s->msg_size_max)
+        return "rx_reassembly_bytes_max must be >= msg_size_max";
     return NULL;
 }
 
@@ -278,9 +284,14 @@ static void slot_clear(mr_slot *sl) {
     memset(sl, 0, sizeof(*sl));
 }
 
+static void server_slot_reset(mr_core *c, mr_slot *sl);
+
 static void session_release(mr_core *c, mr_session *s) {
     if (s->slots != NULL) {
-        for (uint32_t i = 0; i < c->s.session_req_window; i++) slot_clear(&s->slots[i]);
+        for (uint32_t i = 0; i < c->s.session_req_window; i++) {
+            if (s->role == MR_ROLE_SERVER) server_slot_reset(c, &s->slots[i]);
+            slot_clear(&s->slots[i]);
+        }
         free(s->slots);
     }
     mr_backlog *b = s->backlog_head;
@@ -550,6 +561,7 @@ static mr_session *session_alloc(mr_core *c, uint8_t role, const uint8_t *addr,
         memset(s, 0, sizeof(*s));
         s->slots = slots;
         s->role = role;
+        s->generation = ++c->next_generation;
         s->local_num = (uint16_t)i;
         s->remote_num = MR_SESSION_NUM_INVALID;
         memcpy(s->addr, addr, addr_len);
@@ -891,6 +903,14 @@ static void client_retransmit_scan(mr_core *c, mr_session *s, uint64_t now) {
 
 /* ----------------------------------------------------------------- server */
 
+/* Return the reassembly bytes a slot holds, before it is cleared or reused. */
+static void server_slot_reset(mr_core *c, mr_slot *sl) {
+    if (sl->state == MR_SLOT_RECEIVING) {
+        c->rx_reassembly_bytes -= sl->req_size;
+        sl->state = MR_SLOT_EMPTY;
+    }
+}
+
 static void server_send_resp(mr_core *c, mr_session *s, mr_slot *sl, uint32_t index,
                              uint64_t now) {
     mr_hdr h = {0};
@@ -921,8 +941,8 @@ static void server_send_cr(mr_core *c, mr_session *s, mr_slot *sl, uint32_t inde
 static void server_deliver(mr_core *c, mr_session *s, mr_slot *sl, uint8_t *data) {
     sl->state = MR_SLOT_IN_HANDLER;
     c->stats.requests_handled++;
-    event_push(c, MR_EV_REQUEST, sl->req_type, s->local_num, 0, sl->req_num, data,
-               sl->req_size);
+    event_push(c, MR_EV_REQUEST, sl->req_type, s->local_num, (int32_t)s->generation, sl->req_num,
+               data, sl->req_size);
 }
 
 static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint8_t *payload,
@@ -947,12 +967,21 @@ static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint
             c->stats.rx_out_of_order++;
             return;
         }
+        if (pkts > 1 &&
+            c->rx_reassembly_bytes + h->msg_size > c->s.rx_reassembly_bytes_max) {
+            c->stats.rx_no_buffer++; /* a loss: the client retransmits later */
+            return;
+        }
         uint8_t *buf = NULL;
         if (h->msg_size > 0) {
             buf = malloc(h->msg_size);
-            if (buf == NULL) return; /* a loss: the client retransmits */
+            if (buf == NULL) {
+                c->stats.rx_no_buffer++;
+                return;
+            }
             memcpy(buf, payload, plen);
         }
+        server_slot_reset(c, sl);
         slot_clear(sl);
         sl->req_num = h->req_num;
         sl->req_type = h->req_type;
@@ -964,6 +993,7 @@ static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint
         } else {
             sl->req_buf = buf;
             sl->state = MR_SLOT_RECEIVING;
+            c->rx_reassembly_bytes += sl->req_size;
             server_send_cr(c, s, sl, 0, now);
         }
         return;
@@ -997,6 +1027,7 @@ static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint
     } else {
         uint8_t *buf = sl->req_buf;
         sl->req_buf = NULL;
+        c->rx_reassembly_bytes -= sl->req_size;
         server_deliver(c, s, sl, buf);
     }
 }
@@ -1019,11 +1050,12 @@ static void server_rx_rfr(mr_core *c, mr_session *s, const mr_hdr *h, uint32_t p
     server_send_resp(c, s, sl, h->pkt_num, now);
 }
 
-int mr_core_respond(mr_core *c, int session, uint64_t req_num, uint8_t status,
-                    const uint8_t *data, uint32_t size, uint64_t now) {
+int mr_core_respond(mr_core *c, int session, uint32_t generation, uint64_t req_num,
+                    uint8_t status, const uint8_t *data, uint32_t size, uint64_t now) {
     if (size > c->s.msg_size_max) return -MR_ERR_TOO_LARGE;
     mr_session *s = session_get(c, session);
-    if (s == NULL || s->role != MR_ROLE_SERVER) return -MR_ERR_STALE;
+    if (s == NULL || s->role != MR_ROLE_SERVER || s->generation != generation)
+        return -MR_ERR_STALE;
     mr_slot *sl = &s->slots[req_num % c->s.session_req_window];
     if (sl->state != MR_SLOT_IN_HANDLER || sl->req_num != req_num) return -MR_ERR_STALE;
     uint8_t *copy = NULL;

@@ -96,6 +96,7 @@ typedef struct mr_settings {
     uint64_t session_timeout_ns; /* silence from a peer with work outstanding => failure */
     uint32_t backlog_max;        /* requests queued per session beyond the window */
     uint32_t tx_queue_max;       /* packets queued for sending before drops */
+    uint64_t rx_reassembly_bytes_max; /* bytes a server holds for requests being received */
     uint64_t seed;               /* PRNG seed: tokens, incarnation, fault injection */
 } mr_settings;
 
@@ -105,6 +106,7 @@ typedef struct mr_stats {
     uint64_t rx_oversized;        /* longer than the MTU (or truncated by the socket) */
     uint64_t rx_bad_magic;        /* wrong magic or reserved bits set */
     uint64_t rx_malformed;        /* fields inconsistent with each other or with settings */
+    uint64_t rx_no_buffer;        /* a new request refused: reassembly limit or no memory */
     uint64_t rx_unknown_session;  /* no such session, or wrong role or source address */
     uint64_t rx_stale;            /* old request number, or nothing waiting for it */
     uint64_t rx_out_of_order;     /* ahead of the next expected packet: dropped */
@@ -125,7 +127,7 @@ typedef struct mr_event {
     uint8_t kind;
     uint8_t req_type; /* REQUEST: request type; RESPONSE: status byte from the server */
     uint16_t session;
-    int32_t code;
+    int32_t code;     /* FAILED/SESSION: MR_ERR_*; REQUEST: the session's generation */
     uint64_t id;      /* REQUEST: req_num; RESPONSE/FAILED: the tag given at enqueue */
     uint8_t *data;    /* malloc'd payload owned by the event (NULL when size == 0) */
     uint32_t size;
@@ -147,9 +149,11 @@ int mr_core_create_session(mr_core *c, const uint8_t *addr, uint32_t addr_len, u
 int mr_core_destroy_session(mr_core *c, int session, uint64_t now);
 int mr_core_enqueue_request(mr_core *c, int session, uint8_t req_type, const uint8_t *data,
                             uint32_t size, uint64_t tag, uint64_t now);
-/* Server side: answer the request identified by (session, req_num). status 0 = OK. */
-int mr_core_respond(mr_core *c, int session, uint64_t req_num, uint8_t status,
-                    const uint8_t *data, uint32_t size, uint64_t now);
+/* Server side: answer the request identified by (session, generation, req_num), as given
+ * by its REQUEST event; the generation tells a reused session number from the one the request
+ * came on. status 0 = OK. */
+int mr_core_respond(mr_core *c, int session, uint32_t generation, uint64_t req_num,
+                    uint8_t status, const uint8_t *data, uint32_t size, uint64_t now);
 
 /* Feed one received datagram from `addr`. Never fails: bad input is dropped and counted. */
 void mr_core_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const uint8_t *pkt,

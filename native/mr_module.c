@@ -41,15 +41,18 @@ static int Core_init(CoreObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"mtu_bytes",          "session_credits",  "session_req_window",
                              "rto_ns",             "msg_size_max",     "sessions_max",
                              "server_credits_max", "session_timeout_ns", "backlog_max",
-                             "tx_queue_max",       "seed",             NULL};
+                             "tx_queue_max",       "rx_reassembly_bytes_max", "seed", NULL};
     mr_settings s;
     mr_settings_default(&s);
     unsigned long long rto = s.rto_ns, timeout = s.session_timeout_ns, seed = s.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIK", kwlist, &s.mtu_bytes,
+    unsigned long long reassembly = s.rx_reassembly_bytes_max;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIKK", kwlist, &s.mtu_bytes,
                                      &s.session_credits, &s.session_req_window, &rto,
                                      &s.msg_size_max, &s.sessions_max, &s.server_credits_max,
-                                     &timeout, &s.backlog_max, &s.tx_queue_max, &seed))
+                                     &timeout, &s.backlog_max, &s.tx_queue_max, &reassembly,
+                                     &seed))
         return -1;
+    s.rx_reassembly_bytes_max = reassembly;
     s.rto_ns = rto;
     s.session_timeout_ns = timeout;
     s.seed = seed;
@@ -90,9 +93,10 @@ static PyObject *take_events(mr_core *c) {
         PyObject *t = NULL;
         switch (e->kind) {
         case MR_EV_REQUEST:
-            t = Py_BuildValue("(iiKiy#)", MR_EV_REQUEST, (int)e->session,
+            t = Py_BuildValue("(iiKiy#I)", MR_EV_REQUEST, (int)e->session,
                               (unsigned long long)e->id, (int)e->req_type,
-                              e->data ? (const char *)e->data : "", (Py_ssize_t)e->size);
+                              e->data ? (const char *)e->data : "", (Py_ssize_t)e->size,
+                              (unsigned int)e->code);
             break;
         case MR_EV_RESPONSE:
             t = Py_BuildValue("(iKiy#)", MR_EV_RESPONSE, (unsigned long long)e->id,
@@ -177,29 +181,31 @@ static PyObject *Core_enqueue_request(CoreObject *self, PyObject *const *args, P
 }
 
 static PyObject *Core_respond(CoreObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* (session, req_num, status, payload, now_ns) */
+    /* (session, generation, req_num, status, payload, now_ns) */
     if (!ready(self)) return NULL;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "respond(session, req_num, status, payload, now_ns)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "respond(session, generation, req_num, status, payload, now_ns)");
         return NULL;
     }
     long session = PyLong_AsLong(args[0]);
-    unsigned long long req_num = PyLong_AsUnsignedLongLong(args[1]);
-    long status = PyLong_AsLong(args[2]);
-    unsigned long long now = PyLong_AsUnsignedLongLong(args[4]);
+    unsigned long generation = PyLong_AsUnsignedLong(args[1]);
+    unsigned long long req_num = PyLong_AsUnsignedLongLong(args[2]);
+    long status = PyLong_AsLong(args[3]);
+    unsigned long long now = PyLong_AsUnsignedLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
     if (status < 0 || status > 255) {
         PyErr_SetString(PyExc_ValueError, "status must be in [0, 255]");
         return NULL;
     }
     Py_buffer buf;
-    if (PyObject_GetBuffer(args[3], &buf, PyBUF_SIMPLE) != 0) return NULL;
+    if (PyObject_GetBuffer(args[4], &buf, PyBUF_SIMPLE) != 0) return NULL;
     int r;
     if ((unsigned long long)buf.len > 0xFFFFFFFFull)
         r = -MR_ERR_TOO_LARGE;
     else
-        r = mr_core_respond(self->core, (int)session, req_num, (uint8_t)status, buf.buf,
-                            (uint32_t)buf.len, now);
+        r = mr_core_respond(self->core, (int)session, (uint32_t)generation, req_num,
+                            (uint8_t)status, buf.buf, (uint32_t)buf.len, now);
     PyBuffer_Release(&buf);
     return PyLong_FromLong(r);
 }
@@ -360,8 +366,8 @@ static PyObject *Core_stats(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
     mr_stats *s = mr_core_stats(self->core);
 #define F(name) #name, (unsigned long long)s->name
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
-        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
 #undef F
 }
 
@@ -429,13 +435,15 @@ static PyObject *Core_get_incarnation(CoreObject *self, void *Py_UNUSED(closure)
 static PyObject *Core_get_settings(CoreObject *self, void *Py_UNUSED(closure)) {
     if (!ready(self)) return NULL;
     const mr_settings *s = mr_core_settings(self->core);
-    return Py_BuildValue("{sIsIsIsKsIsIsIsKsIsIsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
+    return Py_BuildValue("{sIsIsIsKsIsIsIsKsIsIsKsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
                          s->session_credits, "session_req_window", s->session_req_window,
                          "rto_ns", (unsigned long long)s->rto_ns, "msg_size_max", s->msg_size_max,
                          "sessions_max", s->sessions_max, "server_credits_max",
                          s->server_credits_max, "session_timeout_ns",
                          (unsigned long long)s->session_timeout_ns, "backlog_max", s->backlog_max,
-                         "tx_queue_max", s->tx_queue_max, "seed", (unsigned long long)s->seed);
+                         "tx_queue_max", s->tx_queue_max, "rx_reassembly_bytes_max",
+                         (unsigned long long)s->rx_reassembly_bytes_max, "seed",
+                         (unsigned long long)s->seed);
 }
 
 static PyMethodDef Core_methods[] = {

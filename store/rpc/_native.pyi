@@ -10,7 +10,7 @@ MSG_SIZE_LIMIT: int
 SM_BODY_BYTES: int
 
 # Events returned by take_events / udp_recv:
-#   (0, session, req_num, req_type, payload)   request complete at a server
+#   (0, session, req_num, req_type, payload, generation)   request complete at a server
 #   (1, tag, status, payload)                  response complete at a client
 #   (2, tag, error_code)                       request failed at a client
 #   (3, session, error_code)                   session connected (0) or failed
@@ -32,6 +32,7 @@ class Core:
         session_timeout_ns: int = ...,
         backlog_max: int = ...,
         tx_queue_max: int = ...,
+        rx_reassembly_bytes_max: int = ...,
         seed: int = ...,
     ) -> None: ...
     @property
@@ -45,8 +46,8 @@ class Core:
         now_ns: int, /
     ) -> int: ...
     def respond(
-        self, session: int, req_num: int, status: int, payload: bytes | bytearray | memoryview,
-        now_ns: int, /
+        self, session: int, generation: int, req_num: int, status: int,
+        payload: bytes | bytearray | memoryview, now_ns: int, /
     ) -> int: ...
     def feed(self, addr: bytes, packet: bytes | bytearray | memoryview, now_ns: int, /) -> None: ...
     def tick(self, now_ns: int, /) -> None: ...

@@ -75,11 +75,14 @@ class Nexus:
 class ReqHandle:
     """A request being served. Answer it once, now (return bytes) or later (respond)."""
 
-    __slots__ = ("_endpoint", "req_num", "req_type", "responded", "session")
+    __slots__ = ("_endpoint", "generation", "req_num", "req_type", "responded", "session")
 
-    def __init__(self, endpoint: RpcBase, session: int, req_num: int, req_type: int) -> None:
+    def __init__(
+        self, endpoint: RpcBase, session: int, generation: int, req_num: int, req_type: int
+    ) -> None:
         self._endpoint = endpoint
         self.session = session
+        self.generation = generation
         self.req_num = req_num
         self.req_type = req_type
         self.responded = False
@@ -270,7 +273,9 @@ class RpcBase:
         if handle.responded:
             raise RuntimeError(f"{handle!r} already answered")
         handle.responded = True
-        r = self._core.respond(handle.session, handle.req_num, status, payload, self._now())
+        r = self._core.respond(
+            handle.session, handle.generation, handle.req_num, status, payload, self._now()
+        )
         if r == -ERR_STALE:
             return
         if r:
@@ -297,7 +302,7 @@ class RpcBase:
                     else:
                         self._reject(waiter, error_for_status(ev[2], ev[3]))
                 elif kind == EV_REQUEST:
-                    self._handle_request(ev[1], ev[2], ev[3], ev[4])
+                    self._handle_request(ev[1], ev[5], ev[2], ev[3], ev[4])
                 elif kind == EV_FAILED:
                     waiter = pending.pop(ev[1], None)
                     if waiter is not None:
@@ -307,8 +312,10 @@ class RpcBase:
         finally:
             self._in_dispatch = False
 
-    def _handle_request(self, session: int, req_num: int, req_type: int, payload: bytes) -> None:
-        handle = ReqHandle(self, session, req_num, req_type)
+    def _handle_request(
+        self, session: int, generation: int, req_num: int, req_type: int, payload: bytes
+    ) -> None:
+        handle = ReqHandle(self, session, generation, req_num, req_type)
         handler = self.nexus.handler(req_type)
         if handler is None:
             self._respond(handle, STATUS_UNKNOWN_REQ_TYPE, b"no handler for req_type %d" % req_type)

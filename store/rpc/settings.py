@@ -24,6 +24,9 @@ class RpcSettings:
         unavailable (PeerUnavailable); also the connect timeout.
     backlog_max: requests queued per session beyond the window.
     tx_queue_max: packets queued for sending before further ones are dropped.
+    rx_reassembly_bytes_max: bytes a server may hold for multi-packet requests still being
+        received; a new request beyond it is dropped (the client retries), so a flood of
+        first packets claiming 8 MiB cannot exhaust memory.
     """
 
     mtu_bytes: int = 1472
@@ -36,6 +39,7 @@ class RpcSettings:
     session_timeout_ns: int = 1_000_000_000
     backlog_max: int = 4096
     tx_queue_max: int = 65536
+    rx_reassembly_bytes_max: int = 256 << 20
 
     def core_kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -42,7 +42,7 @@ def pump(server: Core, client: Core, now: int, answer: bytes) -> None:
                 server.feed(CLIENT, pkt, now)
         for event in server.take_events():
             if event[0] == 0:
-                server.respond(event[1], event[2], 0, answer, now)
+                server.respond(event[1], event[5], event[2], 0, answer, now)
         for addr, pkt in server.take_packets():
             if addr == CLIENT:
                 client.feed(SERVER, pkt, now)

@@ -136,3 +136,42 @@ def test_continuation_style_on_asyncio() -> None:
         server.close()
 
     run(main)
+
+
+def test_late_response_never_reaches_a_new_session_with_the_same_number() -> None:
+    """A deferred handle outlives its session; the session number is reused by the next
+    connect. The late answer is dropped, not delivered to the newcomer (the handle carries the
+    session's generation)."""
+    nexus = Nexus()
+    held: list[ReqHandle] = []
+    nexus.register_req_func(1, lambda handle, _p: held.append(handle))
+    net, server, client = sim_pair(seed=5, server_nexus=nexus)
+    old = client.create_session("server")
+    first = client.enqueue_request(old, 1, b"first")
+    assert net.run_until(lambda: len(held) == 1)
+    client.destroy_session(old)
+    net.run_for(10**7)
+    new = client.create_session("server")
+    second = client.enqueue_request(new, 1, b"second")
+    assert net.run_until(lambda: len(held) == 2)
+    assert held[0].session == held[1].session and held[0].req_num == held[1].req_num
+    server.enqueue_response(held[0], b"answer to first")  # silently dropped
+    net.run_for(10**7)
+    assert not second.done()
+    server.enqueue_response(held[1], b"answer to second")
+    assert net.run_until(second.done)
+    assert second.result() == b"answer to second"
+    assert isinstance(first.exception(), SessionClosed)
+
+
+def test_reassembly_memory_is_bounded() -> None:
+    """Requests being received may hold at most rx_reassembly_bytes_max at a server; others
+    wait (their first packet is dropped and retransmitted) instead of exhausting memory."""
+    settings = RpcSettings(msg_size_max=100_000, rx_reassembly_bytes_max=100_000,
+                           rto_ns=500_000)
+    net, server, client = sim_pair(seed=6, settings=settings)
+    sessions = [client.create_session("server") for _ in range(3)]
+    pendings = [client.enqueue_request(s, 1, bytes([i]) * 80_000) for i, s in enumerate(sessions)]
+    assert net.run_until(lambda: all(p.done() for p in pendings))
+    assert [p.result() for p in pendings] == [bytes([i]) * 80_000 for i in range(3)]
+    assert server.stats()["rx_no_buffer"] > 0

@@ -78,7 +78,7 @@ def test_random_packets_never_crash_and_service_continues() -> None:
         server.tick(i)
         for ev in server.take_events():
             if ev[0] == 0:
-                server.respond(ev[1], ev[2], 0, b"ok", i)
+                server.respond(ev[1], ev[5], ev[2], 0, b"ok", i)
         server.take_packets()
     stats = server.stats()
     dropped = sum(stats[k] for k in ("rx_short", "rx_oversized", "rx_bad_magic", "rx_malformed",
@@ -93,7 +93,7 @@ def test_random_packets_never_crash_and_service_continues() -> None:
             server.feed(CLIENT, pkt, 10**6)
         for ev in server.take_events():
             if ev[0] == 0:
-                server.respond(ev[1], ev[2], 0, ev[4].upper(), 10**6)
+                server.respond(ev[1], ev[5], ev[2], 0, ev[4].upper(), 10**6)
         for _addr, pkt in server.take_packets():
             client.feed(b"server", pkt, 10**6)
     assert (1, 42, 0, b"STILL THERE") in client.take_events()
