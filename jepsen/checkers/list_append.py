@@ -203,6 +203,7 @@ class _Checker:
         self.writer: dict[tuple[Any, Any], Txn] = {}
         self.intermediate: set[tuple[Any, Any]] = set()
         self._committed_reads: list[tuple[Txn, int, Any, list[Any]]] | None = None
+        self.duplicate_reads: set[tuple[int, int]] = set()
 
     def wants(self, kind: str) -> bool:
         """Count one anomaly of `kind`; True if its explanation should be kept.
@@ -314,6 +315,7 @@ class _Checker:
         for txn, position, key, observed in self.committed_reads():
             mop = txn.mops[position]
             if len(set(observed)) != len(observed):
+                self.duplicate_reads.add((txn.id, position))
                 counts = Counter(observed)
                 if self.wants("duplicate-elements"):
                     self.report(
@@ -448,9 +450,13 @@ class _Checker:
                 last_writer = writer[(key, order[-1])]
                 for txn, element in appends:
                     self.link(last_writer, txn, WW, (key, order[-1], element))
-        for reader, _position, key, observed in self.committed_reads():
+        for reader, position, key, observed in self.committed_reads():
             order = orders.get(key, [])
             if observed:
+                # A read with duplicates (reported already) counts as its first occurrences,
+                # like the version order.
+                if (reader.id, position) in self.duplicate_reads:
+                    observed = list(dict.fromkeys(observed))
                 last = observed[-1]
                 source = writer.get((key, last))
                 # Adya's graphs relate only a transaction's final versions: reading an
