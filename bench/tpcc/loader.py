@@ -226,7 +226,8 @@ def _with_progress(items: Iterable[Any], total: int, progress: bool, what: str) 
         return items
     from tqdm import tqdm
 
-    return tqdm(items, total=total, desc=f"tpcc {what}", unit=" part")
+    bar: Iterable[Any] = tqdm(items, total=total, desc=f"tpcc {what}", unit=" part")
+    return bar
 
 
 def load_batches(rows: dict[str, Any]) -> list[list[list[Any]]]:

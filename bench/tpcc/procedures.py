@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.tpcc import schema
-from store.core.txn import Procedures
+from store.core.txn import Procedure, Procedures
 
 C_DATA_LENGTH_MAX = 500  # clause 2.5.2.2: C_DATA keeps its first 500 characters
 STOCK_LEVEL_ORDERS = 20  # clause 2.8.2.2: the last 20 orders of the district
@@ -359,7 +359,7 @@ async def scan(tx: Any, lo: str, hi: str, limit: int) -> list[list[Any]]:
     return [[key, value] for key, value in await tx.scan(lo, hi, limit)]
 
 
-PROCEDURES = {
+PROCEDURES: dict[str, Procedure] = {
     "tpcc_new_order": new_order,
     "tpcc_payment": payment,
     "tpcc_order_status": order_status,
