@@ -1,0 +1,255 @@
+"""Wire encoding of the core's messages (msgpack), with strict validation on decode.
+
+Every message is a msgpack array ``[tag, field, ...]``. Decoding checks the type of every
+field before a message object is built, so a replica's handlers only ever see well-formed
+messages: anything else raises ``InvalidRequest`` (the server answers with a typed error and
+changes nothing; DESIGN.md §1 "bad input").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from store.core.errors import InvalidRequest
+from store.core.messages import (
+    AbortReply,
+    AbortRequest,
+    Gossip,
+    InstallReply,
+    InstallRequest,
+    LockReply,
+    LockRequest,
+    Message,
+    Outcome,
+    ReadItem,
+    ReadReply,
+    ReadRequest,
+    RecordedScan,
+    SoloReply,
+    SoloRequest,
+    Submit,
+    ValidateReply,
+    ValidateRequest,
+    Write,
+)
+from store.core.vclock import VectorClock
+
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def _vc(clock: VectorClock) -> list[int]:
+    return clock.to_wire()
+
+
+def _items(items: list[ReadItem]) -> list[list[Any]]:
+    return [[k, vid, value, deleted, vc.to_wire(), writer] for k, vid, value, deleted, vc, writer in items]
+
+
+_ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
+    Submit: lambda m: [1, m.client_id, m.seq, m.procedure, m.args, m.want_certified],
+    Outcome: lambda m: [2, m.seq, m.status, m.result, _vc(m.vc), m.detail],
+    ReadRequest: lambda m: [3, m.txn_id, m.req_no, m.keys, [list(s) for s in m.scans]],
+    ReadReply: lambda m: [
+        4, m.txn_id, m.req_no, m.shard, _items(m.items), [_items(s) for s in m.scans], m.watermark,
+    ],
+    LockRequest: lambda m: [5, m.txn_id, m.keys],
+    LockReply: lambda m: [6, m.txn_id, m.shard, m.ok, m.counter, m.watermark],
+    ValidateRequest: lambda m: [
+        7, m.txn_id, [list(r) for r in m.reads],
+        [[lo, hi, limit, [list(p) for p in seen]] for lo, hi, limit, seen in m.scans],
+    ],
+    ValidateReply: lambda m: [8, m.txn_id, m.shard, m.ok, m.watermark],
+    InstallRequest: lambda m: [9, m.txn_id, [list(w) for w in m.writes], _vc(m.vc), m.epoch],
+    InstallReply: lambda m: [10, m.txn_id, m.shard, m.watermark],
+    AbortRequest: lambda m: [11, m.txn_id],
+    AbortReply: lambda m: [12, m.txn_id, m.shard],
+    SoloRequest: lambda m: [
+        13, m.txn_id, [list(r) for r in m.reads],
+        [[lo, hi, limit, [list(p) for p in seen]] for lo, hi, limit, seen in m.scans],
+        [list(w) for w in m.writes], _vc(m.read_vc), m.epoch,
+    ],
+    SoloReply: lambda m: [14, m.txn_id, m.shard, m.ok, _vc(m.vc), m.watermark],
+    Gossip: lambda m: [15, m.shard, [[s, w] for s, w in m.watermarks.items()]],
+}
+
+
+def encode(message: Message) -> bytes:
+    encoder = _ENCODERS.get(type(message))
+    if encoder is None:
+        raise TypeError(f"no wire encoding for {type(message).__name__}")
+    packed: bytes = _packb(encoder(message))
+    return packed
+
+
+# ---- decoding ------------------------------------------------------------------------------
+
+
+def _bad(what: str) -> InvalidRequest:
+    return InvalidRequest(f"malformed message: {what}")
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise _bad(f"{what} must be a non-negative integer")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise _bad(f"{what} must be a boolean")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise _bad(f"{what} must be a string")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if type(value) is not list:
+        raise _bad(f"{what} must be a list")
+    return value
+
+
+def _strs(value: Any, what: str) -> list[str]:
+    items = _list(value, what)
+    for item in items:
+        _str(item, what)
+    return items
+
+
+def _clock(value: Any) -> VectorClock:
+    return VectorClock.from_wire(value)
+
+
+def _read_items(value: Any) -> list[ReadItem]:
+    items: list[ReadItem] = []
+    for raw in _list(value, "read items"):
+        raw = _list(raw, "read item")
+        if len(raw) != 6:
+            raise _bad("read item has 6 fields")
+        items.append(
+            (
+                _str(raw[0], "key"),
+                _int(raw[1], "vid"),
+                raw[2],
+                _bool(raw[3], "deleted"),
+                _clock(raw[4]),
+                _int(raw[5], "writer"),
+            )
+        )
+    return items
+
+
+def _reads(value: Any) -> list[tuple[str, int]]:
+    reads = []
+    for raw in _list(value, "reads"):
+        raw = _list(raw, "read")
+        if len(raw) != 2:
+            raise _bad("a read is [key, vid]")
+        reads.append((_str(raw[0], "key"), _int(raw[1], "vid")))
+    return reads
+
+
+def _scan_ranges(value: Any) -> list[tuple[str, str, int]]:
+    ranges = []
+    for raw in _list(value, "scans"):
+        raw = _list(raw, "scan")
+        if len(raw) != 3:
+            raise _bad("a scan is [lo, hi, limit]")
+        ranges.append((_str(raw[0], "lo"), _str(raw[1], "hi"), _int(raw[2], "limit")))
+    return ranges
+
+
+def _recorded_scans(value: Any) -> list[RecordedScan]:
+    scans: list[RecordedScan] = []
+    for raw in _list(value, "scans"):
+        raw = _list(raw, "scan")
+        if len(raw) != 4:
+            raise _bad("a recorded scan is [lo, hi, limit, seen]")
+        scans.append(
+            (_str(raw[0], "lo"), _str(raw[1], "hi"), _int(raw[2], "limit"), _reads(raw[3]))
+        )
+    return scans
+
+
+def _writes(value: Any) -> list[Write]:
+    writes: list[Write] = []
+    for raw in _list(value, "writes"):
+        raw = _list(raw, "write")
+        if len(raw) != 3:
+            raise _bad("a write is [key, value, deleted]")
+        writes.append((_str(raw[0], "key"), raw[1], _bool(raw[2], "deleted")))
+    return writes
+
+
+def _watermarks(value: Any) -> dict[int, int]:
+    marks = {}
+    for raw in _list(value, "watermarks"):
+        raw = _list(raw, "watermark")
+        if len(raw) != 2:
+            raise _bad("a watermark is [shard, counter]")
+        marks[_int(raw[0], "shard")] = _int(raw[1], "watermark")
+    return marks
+
+
+def _status(value: Any) -> int:
+    return _int(value, "status")
+
+
+_DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
+    1: (6, lambda f: Submit(_str(f[1], "client_id"), _int(f[2], "seq"), _str(f[3], "procedure"),
+                            _list(f[4], "args"), _bool(f[5], "want_certified"))),
+    2: (6, lambda f: Outcome(_int(f[1], "seq"), _status(f[2]), f[3], _clock(f[4]),
+                             _str(f[5], "detail"))),
+    3: (5, lambda f: ReadRequest(_int(f[1], "txn_id"), _int(f[2], "req_no"),
+                                 _strs(f[3], "keys"), _scan_ranges(f[4]))),
+    4: (7, lambda f: ReadReply(_int(f[1], "txn_id"), _int(f[2], "req_no"), _int(f[3], "shard"),
+                               _read_items(f[4]), [_read_items(s) for s in _list(f[5], "scans")],
+                               _int(f[6], "watermark"))),
+    5: (3, lambda f: LockRequest(_int(f[1], "txn_id"), _strs(f[2], "keys"))),
+    6: (6, lambda f: LockReply(_int(f[1], "txn_id"), _int(f[2], "shard"), _bool(f[3], "ok"),
+                               _int(f[4], "counter"), _int(f[5], "watermark"))),
+    7: (4, lambda f: ValidateRequest(_int(f[1], "txn_id"), _reads(f[2]), _recorded_scans(f[3]))),
+    8: (5, lambda f: ValidateReply(_int(f[1], "txn_id"), _int(f[2], "shard"), _bool(f[3], "ok"),
+                                   _int(f[4], "watermark"))),
+    9: (5, lambda f: InstallRequest(_int(f[1], "txn_id"), _writes(f[2]), _clock(f[3]),
+                                    _int(f[4], "epoch"))),
+    10: (4, lambda f: InstallReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
+                                   _int(f[3], "watermark"))),
+    11: (2, lambda f: AbortRequest(_int(f[1], "txn_id"))),
+    12: (3, lambda f: AbortReply(_int(f[1], "txn_id"), _int(f[2], "shard"))),
+    13: (7, lambda f: SoloRequest(_int(f[1], "txn_id"), _reads(f[2]), _recorded_scans(f[3]),
+                                  _writes(f[4]), _clock(f[5]), _int(f[6], "epoch"))),
+    14: (6, lambda f: SoloReply(_int(f[1], "txn_id"), _int(f[2], "shard"), _bool(f[3], "ok"),
+                                _clock(f[4]), _int(f[5], "watermark"))),
+    15: (3, lambda f: Gossip(_int(f[1], "shard"), _watermarks(f[2]))),
+}
+
+
+def decode(data: bytes | bytearray | memoryview, max_bytes: int = 64 << 20) -> Message:
+    """Decodes one message; ``InvalidRequest`` for anything malformed (never another error)."""
+    if len(data) > max_bytes:
+        raise _bad(f"larger than {max_bytes} bytes")
+    try:
+        fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises many types on garbage; all mean the same
+        raise _bad(f"not msgpack ({type(exc).__name__})") from None
+    if type(fields) is not list or not fields or type(fields[0]) is not int:
+        raise _bad("expected [tag, ...]")
+    entry = _DECODERS.get(fields[0])
+    if entry is None:
+        raise _bad(f"unknown tag {fields[0]}")
+    arity, build = entry
+    if len(fields) != arity:
+        raise _bad(f"tag {fields[0]} has {arity - 1} fields, got {len(fields) - 1}")
+    try:
+        return build(fields)
+    except InvalidRequest:
+        raise
+    except Exception as exc:  # a field of an unexpected shape deep inside
+        raise _bad(f"{type(exc).__name__}") from None

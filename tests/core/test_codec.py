@@ -1,0 +1,100 @@
+"""The wire codec: every message round-trips; garbage raises InvalidRequest, nothing else."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.core import codec
+from store.core.errors import InvalidRequest
+from store.core.messages import (
+    AbortReply,
+    AbortRequest,
+    Gossip,
+    InstallReply,
+    InstallRequest,
+    LockReply,
+    LockRequest,
+    Outcome,
+    ReadReply,
+    ReadRequest,
+    SoloReply,
+    SoloRequest,
+    Submit,
+    ValidateReply,
+    ValidateRequest,
+)
+from store.core.vclock import VectorClock
+
+VC = VectorClock({0: 3, 2: 9})
+ITEM = ("t/a", 4, {"x": [1, 2.5, "s", b"b", None, True]}, False, VC, 77)
+
+MESSAGES = [
+    Submit("client-1", 5, "transfer", ["a", 1, [2, 3]], True),
+    Submit("c", 1, "", [[["get", "t/a"], ["put", "t/b", 1]]], False),
+    Outcome(5, 2, {"r": 1}, VC, ""),
+    ReadRequest(1 << 40, 2, ["t/a", "t/b"], [("t/", "t0", 10)]),
+    ReadReply(9, 2, 1, [ITEM], [[ITEM, ITEM], []], 12),
+    LockRequest(9, ["t/a"]),
+    LockReply(9, 1, True, 44, 40),
+    ValidateRequest(9, [("t/a", 4)], [("t/", "t0", 5, [("t/a", 4)])]),
+    ValidateReply(9, 1, False, 40),
+    InstallRequest(9, [("t/a", 1, False), ("t/b", None, True)], VC, 3),
+    InstallReply(9, 1, 41),
+    AbortRequest(9),
+    AbortReply(9, 0),
+    SoloRequest(9, [("t/a", 4)], [], [("t/a", 2, False)], VC, 0),
+    SoloReply(9, 0, True, VC, 41),
+    Gossip(2, {0: 5, 2: 7}),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_every_message_round_trips(message) -> None:
+    assert codec.decode(codec.encode(message)) == message
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\xc1",
+        msgpack.packb([]),
+        msgpack.packb([99, 1]),
+        msgpack.packb([1, "c", -1, "", [], False]),
+        msgpack.packb([1, "c", 1, "", "args", False]),
+        msgpack.packb([5, 1, ["ok", 3]]),
+        msgpack.packb([9, 1, [["k", 1]], [0, 1], 0]),
+        msgpack.packb([4, 1, 1, 1, [["k", 1, None, False, [1], 0]], [], 0]),
+        msgpack.packb({"a": 1}),
+    ],
+)
+def test_malformed_messages_raise_invalid_request(payload: bytes) -> None:
+    with pytest.raises(InvalidRequest):
+        codec.decode(payload)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_never_raise_anything_but_invalid_request(data: bytes) -> None:
+    try:
+        codec.decode(data)
+    except InvalidRequest:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(MESSAGES).map(codec.encode),
+    st.integers(0, 400),
+    st.integers(0, 255),
+)
+def test_corrupted_messages_never_raise_anything_but_invalid_request(data, at, byte) -> None:
+    corrupted = bytearray(data)
+    corrupted[at % len(corrupted)] = byte
+    try:
+        codec.decode(bytes(corrupted))
+    except InvalidRequest:
+        pass
