@@ -30,8 +30,9 @@ How a producer (the simulator, the real-process harness) writes operations in Py
 - Any other keys of an operation map (``:error``, ``:node``...) are kept in ``Op.extra`` and
   written after the fixed ones, in their order.
 
-Reading accepts operations without ``:f`` or ``:time`` (Elle's test histories omit them) and
-without ``:index`` (each then takes its position in the file).
+Reading accepts operations without ``:f`` or ``:time`` (Elle's test histories omit them),
+without ``:index`` (each then takes its position in the file), and operations written as
+records (``#jepsen.history.Op{...}``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jepsen.edn import EdnError, Keyword, dumps, iter_forms
+from jepsen.edn import EdnError, Keyword, Tagged, dumps, iter_forms
 
 __all__ = [
     "FAIL",
@@ -143,6 +144,8 @@ def format_op(op: Op) -> str:
 
 def op_from_map(form: Any, position: int) -> Op:
     """Build an Op from one EDN operation map; `position` is its place in the history."""
+    if isinstance(form, Tagged) and isinstance(form.value, dict):
+        form = form.value  # a record such as #jepsen.history.Op{...}
     if not isinstance(form, dict):
         raise EdnError(f"operation {position} is not a map: {dumps(form)[:80]}")
     type_ = form.get("type")
@@ -171,7 +174,7 @@ def parse_history(text: str) -> list[Op]:
 
 def read_history(path_or_text: str | os.PathLike[str]) -> list[Op]:
     """Read a history from a file path, or from EDN text if the argument looks like EDN."""
-    if isinstance(path_or_text, str) and path_or_text.lstrip()[:1] in ("{", "[", ";", ""):
+    if isinstance(path_or_text, str) and path_or_text.lstrip()[:1] in ("{", "[", "#", ";", ""):
         return parse_history(path_or_text)
     return parse_history(Path(path_or_text).read_text(encoding="utf-8"))
 

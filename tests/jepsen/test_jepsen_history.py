@@ -61,6 +61,11 @@ def test_every_vector_reads_and_round_trips(vectors: Path, tmp_path: Path) -> No
         assert read_history(copy) == ops, path
 
 
+def test_read_accepts_op_records() -> None:
+    ops = read_history("#jepsen.history.Op{:index 0, :time 5, :type :invoke, :process 0, :f :read}")
+    assert ops == [Op("invoke", "read", None, 0, 5, 0)]
+
+
 def test_unknown_type_is_rejected() -> None:
     with pytest.raises(ValueError, match="type"):
         read_history("{:type :maybe, :process 0}")

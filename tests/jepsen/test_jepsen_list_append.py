@@ -140,7 +140,8 @@ def test_internal_inconsistency() -> None:
 def test_duplicate_elements() -> None:
     h = HistoryBuilder()
     h.txn(0, (A, "x", 1))
-    h.txn(1, (R, "x", [1, 1]))
+    h.txn(0, (A, "x", 2))
+    h.txn(1, (R, "x", [1, 2, 1]))
     result = _check(h)
     assert result["anomaly_types"] == ["duplicate-elements"]
     assert result["anomalies"]["duplicate-elements"][0]["duplicates"] == {1: 2}
