@@ -97,9 +97,53 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(run=cmd_sim)
 
+    serve = commands.add_parser("serve", help="run one shard-leader server process")
+    serve.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
+    serve.add_argument("--shard", required=True, type=int)
+    serve.set_defaults(run=cmd_serve)
+
+    up = commands.add_parser("up", help="start a local cluster; Ctrl-C stops it")
+    up.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
+    up.set_defaults(run=cmd_up)
+
+    status = commands.add_parser("status", help="each shard's leader, health and counters")
+    status.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
+    status.set_defaults(run=cmd_status)
+
     demo = commands.add_parser("demo", help="the main job: a short simulated run, summarized")
     demo.set_defaults(run=cmd_demo)
     return parser
+
+
+def _config(path: Path):  # type: ignore[no-untyped-def]
+    from store.config import ConfigError, load
+
+    try:
+        return load(path)
+    except ConfigError as exc:
+        raise SystemExit(f"meridian: {exc}") from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from store.node.server import serve
+
+    config = _config(args.config)
+    if not 0 <= args.shard < len(config.shards):
+        raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
+    serve(config, args.shard)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from store.node.up import run_up
+
+    return run_up(_config(args.config))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from store.node.up import run_status
+
+    return run_status(_config(args.config))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -1,0 +1,431 @@
+"""The client SDK.
+
+Outcomes. A transaction is **certified** when the shard leaders have decided it: its writes
+are visible to later transactions, but it is *speculative* — failure recovery may still roll
+it back, and everything that read from it. It is **committed** when it and everything it
+depends on is durable. ``run`` returns once committed. ``run_speculative`` returns at
+certification: its result MAY BE ROLLED BACK, and a caller that acts on it must be ready for
+that. ``run_detailed`` returns both times.
+
+Errors (all from ``store.core.errors``):
+
+* ``Aborted``: a conflict; nothing was written. ``run`` retries these itself, with backoff,
+  up to ``retries_max`` times, each retry under a new transaction id.
+* ``UserAborted``: the procedure called ``tx.abort``; ``ProcedureFailed``: it raised;
+  ``InvalidRequest`` / ``UnknownProcedure``: bad input. Nothing was written; not retried.
+* ``Unavailable``: the shard's leader could not be reached; the transaction did not run.
+* ``OutcomeUnknown``: no answer before ``timeout_s``, after the request may have run. It is
+  safe to call ``resume(exc.txn)``: the same transaction id is sent again, and the server's
+  exactly-once table returns the first outcome instead of running it twice.
+* ``RolledBack``: a certified transaction was rolled back by recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from store import config as config_module
+from store import wire
+from store.config import ClusterConfig
+from store.core import codec
+from store.core.errors import (
+    ERROR_OF_STATUS,
+    Aborted,
+    InvalidRequest,
+    OutcomeUnknown,
+    Status,
+    Unavailable,
+)
+from store.core.messages import Outcome, Submit
+from store.core.partition import Partitioner
+from store.core.txn import OPS_PROCEDURE, check_ops
+from store.core.vclock import VectorClock
+from store.rpc import Nexus, RpcError, Session, SessionError
+from store.rpc.aio import Rpc, new_event_loop
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    """What a transaction returned and when: ``certified_s`` and ``committed_s`` are seconds
+    from submission (``committed_s`` is None for a speculative answer)."""
+
+    result: Any
+    status: str  # "committed" or "certified"
+    vc: VectorClock
+    certified_s: float
+    committed_s: float | None
+    attempts: int
+
+
+@dataclass
+class PendingTxn:
+    """A submission whose outcome is not known; ``Client.resume`` asks for it again."""
+
+    shard: int
+    submit: Submit
+    started: float
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    timeout_s: float = 5.0  # per transaction, all its retransmissions included
+    attempt_timeout_s: float = 1.0  # one request before it is sent again (same id)
+    retries_max: int = 20  # conflict retries of run()
+    backoff_initial_s: float = 0.001
+    backoff_max_s: float = 0.1
+    in_flight_max: int = 256  # transactions this client has outstanding at once
+    connect_timeout_s: float = 2.0
+
+
+class Client:
+    """An asyncio client of one Meridian cluster. Create it with ``Client.connect``."""
+
+    def __init__(
+        self,
+        addresses: Sequence[tuple[str, int]],
+        partitioner: Partitioner,
+        settings: ClientSettings,
+        client_id: str | None = None,
+    ) -> None:
+        self._addresses = list(addresses)
+        self.partitioner = partitioner
+        self.settings = settings
+        self.client_id = client_id or uuid.uuid4().hex[:16]
+        self._rpc = Rpc.udp(Nexus(), "127.0.0.1", 0)
+        self._sessions: dict[int, Session] = {}
+        self._seq = itertools.count(1)
+        self._round_robin = itertools.count()
+        self._in_flight = asyncio.Semaphore(settings.in_flight_max)
+        self._rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        cluster: str | Path | ClusterConfig,
+        *,
+        client_id: str | None = None,
+        settings: ClientSettings | None = None,
+        **overrides: Any,
+    ) -> Client:
+        """Connects to a cluster given its cluster file (or a parsed one)."""
+        config = cluster if isinstance(cluster, ClusterConfig) else config_module.load(cluster)
+        base = ClientSettings(**{**config.client, **overrides}) if settings is None else settings
+        client = cls([s.leader for s in config.shards], config.partitioner(), base, client_id)
+        for shard in range(len(client._addresses)):
+            try:
+                await client._session(shard)
+            except Unavailable:
+                pass  # that shard is down now; its transactions fail until it is back
+        return client
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._rpc.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- transactions --------------------------------------------------------------------
+
+    async def run(self, procedure: str, *args: Any, route: str | int | None = None) -> Any:
+        """Runs a registered procedure; returns its result once the transaction is committed.
+
+        ``route`` picks the coordinator: a key (its shard's leader) or a shard number; by
+        default a key-less call goes round-robin.
+        """
+        return (await self._run(procedure, list(args), route, speculative=False)).result
+
+    async def run_speculative(self, procedure: str, *args: Any, route: str | int | None = None) -> Any:
+        """Returns the result as soon as the transaction is certified.
+
+        The result MAY BE ROLLED BACK: certification is speculative until the transaction is
+        committed (durable); failure recovery can undo it and everything that read from it.
+        """
+        return (await self._run(procedure, list(args), route, speculative=True)).result
+
+    async def run_detailed(
+        self, procedure: str, *args: Any, route: str | int | None = None
+    ) -> TxnResult:
+        """Runs to commit and reports both the certified and the committed latency."""
+        return await self._run(procedure, list(args), route, speculative=False, detailed=True)
+
+    def transaction(self) -> TxnBuilder:
+        """A builder of a transaction made of built-in operations."""
+        return TxnBuilder(self)
+
+    async def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
+        check_ops(ops, codec_settings())
+        if route is None and ops:
+            route = ops[0][1]
+        result: list[Any] = (await self._run(OPS_PROCEDURE, [ops], route, speculative=False)).result
+        return result
+
+    async def get(self, key: str) -> Any:
+        return (await self.run_ops([["get", key]]))[0]
+
+    async def put(self, key: str, value: Any) -> None:
+        await self.run_ops([["put", key, value]])
+
+    async def delete(self, key: str) -> None:
+        await self.run_ops([["delete", key]])
+
+    async def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
+        found = (await self.run_ops([["scan", lo, hi, limit]]))[0]
+        return [(key, value) for key, value in found]
+
+    async def status(self) -> list[dict[str, Any] | None]:
+        """Each shard leader's health and counters (None for one that does not answer)."""
+        statuses: list[dict[str, Any] | None] = []
+        for shard in range(len(self._addresses)):
+            try:
+                session = await self._session(shard)
+                payload = await self._rpc.call(session, wire.STATUS, b"", timeout=self.settings.attempt_timeout_s)
+                statuses.append(msgpack.unpackb(payload))
+            except (RpcError, Unavailable):
+                statuses.append(None)
+        return statuses
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _shard_for(self, route: str | int | None) -> int:
+        shards = len(self._addresses)
+        if route is None:
+            return next(self._round_robin) % shards
+        if isinstance(route, int):
+            if not 0 <= route < shards:
+                raise InvalidRequest(f"no shard {route}")
+            return route
+        return self.partitioner.shard_of(route)
+
+    async def _session(self, shard: int) -> Session:
+        session = self._sessions.get(shard)
+        if session is not None and session.error is None:
+            return session
+        try:
+            session = await self._rpc.connect(self._addresses[shard], timeout=self.settings.connect_timeout_s)
+        except RpcError as exc:
+            raise Unavailable(f"shard {shard} leader {self._addresses[shard]} unreachable: {exc}") from None
+        self._sessions[shard] = session
+        return session
+
+    async def _run(
+        self,
+        procedure: str,
+        args: list[Any],
+        route: str | int | None,
+        speculative: bool,
+        detailed: bool = False,
+    ) -> TxnResult:
+        if self._closed:
+            raise Unavailable("client closed")
+        shard = self._shard_for(route)
+        backoff = self.settings.backoff_initial_s
+        async with self._in_flight:
+            for attempt in range(1, self.settings.retries_max + 2):
+                submit = Submit(self.client_id, next(self._seq), procedure, args, True)
+                pending = PendingTxn(shard, submit, time.monotonic())
+                try:
+                    return await self._attempt(pending, speculative, attempt)
+                except Aborted:
+                    if attempt > self.settings.retries_max:
+                        raise
+                await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                backoff = min(backoff * 2, self.settings.backoff_max_s)
+        raise AssertionError("unreachable")
+
+    async def resume(self, pending: PendingTxn, speculative: bool = False) -> TxnResult:
+        """Asks again for a transaction whose outcome was unknown (same id: never runs twice)."""
+        pending.started = time.monotonic()
+        return await self._attempt(pending, speculative, 1)
+
+    async def _attempt(self, pending: PendingTxn, speculative: bool, attempt: int) -> TxnResult:
+        outcome = await self._exchange(pending, want_certified=True)
+        certified_s = time.monotonic() - pending.started
+        if outcome.status == Status.CERTIFIED:
+            if speculative:
+                return TxnResult(outcome.result, "certified", outcome.vc, certified_s, None, attempt)
+            result = outcome.result
+            outcome = await self._exchange(pending, want_certified=False)
+            if outcome.status == Status.COMMITTED:
+                outcome.result = result if outcome.result is None else outcome.result
+        if outcome.status == Status.COMMITTED:
+            committed_s = time.monotonic() - pending.started
+            return TxnResult(
+                outcome.result, "committed", outcome.vc, min(certified_s, committed_s), committed_s, attempt
+            )
+        error = ERROR_OF_STATUS.get(Status(outcome.status), InvalidRequest)
+        raise error(outcome.detail or Status(outcome.status).name.lower())
+
+    async def _exchange(self, pending: PendingTxn, want_certified: bool) -> Outcome:
+        """Sends the submission (again, same id) until an answer or the deadline."""
+        deadline = pending.started + self.settings.timeout_s
+        submit = Submit(
+            pending.submit.client_id, pending.submit.seq, pending.submit.procedure,
+            pending.submit.args, want_certified,
+        )
+        payload = codec.encode(submit)
+        sent = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._unknown(pending, "no answer within the timeout")
+            try:
+                session = await self._session(pending.shard)
+            except Unavailable:
+                if sent:
+                    raise self._unknown(pending, "the leader became unreachable") from None
+                raise
+            try:
+                sent = True
+                answer = await self._rpc.call(
+                    session, wire.SUBMIT, payload,
+                    timeout=min(remaining, self.settings.attempt_timeout_s),
+                )
+            except SessionError as exc:
+                raise self._unknown(pending, f"the leader failed: {exc}") from None
+            except RpcError:
+                continue  # a lost request or answer: send it again under the same id
+            try:
+                outcome = codec.decode(answer)
+            except InvalidRequest as exc:
+                raise self._unknown(pending, f"undecodable answer: {exc}") from None
+            if not isinstance(outcome, Outcome) or outcome.seq not in (pending.submit.seq, 0):
+                raise self._unknown(pending, "unexpected answer")
+            return outcome
+
+    def _unknown(self, pending: PendingTxn, why: str) -> OutcomeUnknown:
+        error = OutcomeUnknown(f"transaction {pending.submit.client_id}/{pending.submit.seq}: {why}")
+        error.txn = pending  # type: ignore[attr-defined]
+        return error
+
+
+def codec_settings():  # type: ignore[no-untyped-def]
+    from store.core.settings import DEFAULT_SETTINGS
+
+    return DEFAULT_SETTINGS
+
+
+class TxnBuilder:
+    """Collects built-in operations; ``await commit()`` runs them as one transaction.
+
+        results = await client.transaction().get("t/a").put("t/b", 1).increment("t/c").commit()
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.ops: list[list[Any]] = []
+
+    def get(self, key: str) -> TxnBuilder:
+        self.ops.append(["get", key])
+        return self
+
+    def put(self, key: str, value: Any) -> TxnBuilder:
+        self.ops.append(["put", key, value])
+        return self
+
+    def delete(self, key: str) -> TxnBuilder:
+        self.ops.append(["delete", key])
+        return self
+
+    def scan(self, lo: str, hi: str, limit: int = 100) -> TxnBuilder:
+        self.ops.append(["scan", lo, hi, limit])
+        return self
+
+    def append(self, key: str, item: Any) -> TxnBuilder:
+        self.ops.append(["append", key, item])
+        return self
+
+    def increment(self, key: str, delta: int = 1) -> TxnBuilder:
+        self.ops.append(["increment", key, delta])
+        return self
+
+    def compare_and_set(self, key: str, expected: Any, new: Any) -> TxnBuilder:
+        self.ops.append(["cas", key, expected, new])
+        return self
+
+    async def commit(self) -> list[Any]:
+        return await self._client.run_ops(self.ops)
+
+
+class BlockingClient:
+    """The SDK without asyncio: each call blocks until its answer.
+
+        with BlockingClient.connect("cluster/local.toml") as client:
+            client.put("acct/alice", 100)
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: Client) -> None:
+        self._loop = loop
+        self._thread = thread
+        self._client = client
+
+    @classmethod
+    def connect(cls, cluster: str | Path | ClusterConfig, **kwargs: Any) -> BlockingClient:
+        loop = new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="meridian-client", daemon=True)
+        thread.start()
+        future = asyncio.run_coroutine_threadsafe(_connect_in_loop(cluster, kwargs), loop)
+        return cls(loop, thread, future.result())
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def run(self, procedure: str, *args: Any, route: str | int | None = None) -> Any:
+        return self._call(self._client.run(procedure, *args, route=route))
+
+    def run_speculative(self, procedure: str, *args: Any, route: str | int | None = None) -> Any:
+        """Returns at certification: the result MAY BE ROLLED BACK (see ``Client``)."""
+        return self._call(self._client.run_speculative(procedure, *args, route=route))
+
+    def run_detailed(self, procedure: str, *args: Any, route: str | int | None = None) -> TxnResult:
+        return self._call(self._client.run_detailed(procedure, *args, route=route))
+
+    def run_ops(self, ops: list[list[Any]]) -> list[Any]:
+        return self._call(self._client.run_ops(ops))
+
+    def get(self, key: str) -> Any:
+        return self._call(self._client.get(key))
+
+    def put(self, key: str, value: Any) -> None:
+        self._call(self._client.put(key, value))
+
+    def delete(self, key: str) -> None:
+        self._call(self._client.delete(key))
+
+    def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
+        return self._call(self._client.scan(lo, hi, limit))
+
+    def status(self) -> list[dict[str, Any] | None]:
+        return self._call(self._client.status())
+
+    def close(self) -> None:
+        self._call(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _connect_in_loop(cluster: Any, kwargs: dict[str, Any]) -> Client:
+    return await Client.connect(cluster, **kwargs)

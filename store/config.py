@@ -1,0 +1,143 @@
+"""Cluster files (TOML, under ``cluster/``): the topology the servers, ``meridian up`` and
+the SDK share.
+
+    [cluster]
+    name = "local"
+    run_dir = "../runs/local"              # logs; relative to this file
+    python_path = [".."]                   # added to sys.path of servers (for procedures)
+    procedures = ["store.sim.workloads:register_bank"]   # module:function(procedures)
+    partitioner = "hash"                   # or "prefix" (table/<n>/... -> shard n mod S)
+
+    [settings]                             # overrides of store.core.settings.Settings
+    peer_retry_ns = 200_000_000
+
+    [[regions]]
+    name = "us"
+
+    [[shards]]
+    leader = "127.0.0.1:7100"              # host:port of the shard leader's RPC endpoint
+    region = "us"
+
+Shards are numbered in file order. Every field is checked; a bad file raises
+``ConfigError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.core.partition import Partitioner, PrefixPartitioner
+from store.core.settings import DEFAULT_SETTINGS, Settings
+
+
+class ConfigError(ValueError):
+    """The cluster file is malformed."""
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    shard: int
+    leader: tuple[str, int]
+    region: str
+    followers: tuple[tuple[str, tuple[str, int]], ...] = ()
+
+    @property
+    def leader_address(self) -> str:
+        return f"{self.leader[0]}:{self.leader[1]}"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    path: Path | None
+    run_dir: Path
+    python_path: tuple[Path, ...]
+    procedures: tuple[str, ...]
+    partitioner_kind: str
+    shards: tuple[ShardConfig, ...]
+    regions: tuple[str, ...]
+    settings: Settings = field(default=DEFAULT_SETTINGS)
+    client: dict[str, Any] = field(default_factory=dict)
+
+    def partitioner(self) -> Partitioner:
+        if self.partitioner_kind == "prefix":
+            return PrefixPartitioner(len(self.shards))
+        return Partitioner(len(self.shards))
+
+    def leader_addresses(self) -> list[str]:
+        return [shard.leader_address for shard in self.shards]
+
+
+def parse_address(text: object, what: str) -> tuple[str, int]:
+    if not isinstance(text, str) or text.count(":") != 1:
+        raise ConfigError(f"{what}: expected 'host:port', got {text!r}")
+    host, port = text.split(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what}: bad port in {text!r}")
+    return host, int(port)
+
+
+def load(path: str | Path) -> ClusterConfig:
+    path = Path(path).resolve()
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"no cluster file at {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return from_dict(data, path)
+
+
+def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
+    base = path.parent if path is not None else Path.cwd()
+    cluster = data.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise ConfigError("[cluster] must be a table")
+    regions = tuple(r.get("name", "") for r in data.get("regions", [{"name": "local"}]))
+    if not regions or not all(isinstance(r, str) and r for r in regions):
+        raise ConfigError("[[regions]] need a name each")
+    raw_shards = data.get("shards")
+    if not isinstance(raw_shards, list) or not raw_shards:
+        raise ConfigError("at least one [[shards]] entry is needed")
+    shards = []
+    for number, raw in enumerate(raw_shards):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"shards[{number}] must be a table")
+        region = raw.get("region", regions[0])
+        if region not in regions:
+            raise ConfigError(f"shards[{number}].region {region!r} is not a declared region")
+        followers = tuple(
+            (f.get("region", ""), parse_address(f.get("address"), f"shards[{number}].followers"))
+            for f in raw.get("followers", [])
+        )
+        shards.append(
+            ShardConfig(number, parse_address(raw.get("leader"), f"shards[{number}].leader"), region, followers)
+        )
+    partitioner = cluster.get("partitioner", "hash")
+    if partitioner not in ("hash", "prefix"):
+        raise ConfigError("cluster.partitioner is 'hash' or 'prefix'")
+    procedures = cluster.get("procedures", [])
+    if not isinstance(procedures, list) or not all(
+        isinstance(p, str) and ":" in p for p in procedures
+    ):
+        raise ConfigError("cluster.procedures is a list of 'module:function'")
+    overrides = data.get("settings", {})
+    try:
+        settings = DEFAULT_SETTINGS.with_overrides(**overrides)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"[settings]: {exc}") from None
+    return ClusterConfig(
+        name=str(cluster.get("name", "meridian")),
+        path=path,
+        run_dir=(base / cluster.get("run_dir", "runs")).resolve(),
+        python_path=tuple((base / p).resolve() for p in cluster.get("python_path", [])),
+        procedures=tuple(procedures),
+        partitioner_kind=partitioner,
+        shards=tuple(shards),
+        regions=regions,
+        settings=settings,
+        client=dict(data.get("client", {})),
+    )

@@ -1,0 +1,267 @@
+"""A shard-leader server process: the pure ``ShardLeader`` adapted to the RPC core.
+
+This module adds no protocol logic (DESIGN.md §7). It decodes what arrives, hands it to the
+replica with the current monotonic time, and carries out the replica's ``Ready``:
+
+* an ``Outcome`` for a client answers the RPC requests waiting for that (client, seq);
+* a message to another leader is sent as a ``PEER`` request on that leader's session, and
+  the reply that comes back as the RPC response is handed to the replica;
+* a reply to a ``PEER`` request this server received is that request's RPC response;
+* the wake-up time becomes one event-loop timer.
+
+Bad input never reaches the replica: the codec validates every field, and a request that
+fails to decode is answered with a typed error (``INVALID``) or ignored (peer traffic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+
+import msgpack
+
+from store import wire
+from store.config import ClusterConfig
+from store.core import codec
+from store.core.errors import InvalidRequest, Status
+from store.core.messages import Message, Outcome, Submit
+from store.core.replica import ShardLeader
+from store.core.txn import Procedures
+from store.core.vclock import EMPTY
+from store.rpc import Nexus, ReqHandle, RpcError, Session
+from store.rpc.aio import Rpc, new_event_loop
+
+log = logging.getLogger("meridian.server")
+
+CLIENT_PREFIX = "c\x00"
+PEER_REPLY_PREFIX = "p\x00"
+
+
+def load_procedures(config: ClusterConfig) -> Procedures:
+    """Imports every ``module:function`` of the cluster file and lets it register."""
+    for path in config.python_path:
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    procedures = Procedures()
+    for spec in config.procedures:
+        module_name, function_name = spec.split(":")
+        register = getattr(importlib.import_module(module_name), function_name)
+        register(procedures)
+    return procedures
+
+
+class ShardServer:
+    def __init__(self, config: ClusterConfig, shard: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.shard = shard
+        self.loop = loop
+        self.procedures = load_procedures(config)
+        self.replica = ShardLeader(
+            shard,
+            config.leader_addresses(),
+            config.partitioner(),
+            self.procedures,
+            config.settings,
+            now_ns=time.monotonic_ns(),
+        )
+        nexus = Nexus()
+        nexus.register_req_func(wire.SUBMIT, self._on_submit)
+        nexus.register_req_func(wire.PEER, self._on_peer)
+        nexus.register_req_func(wire.STATUS, self._on_status)
+        host, port = config.shards[shard].leader
+        self.rpc = Rpc.udp(nexus, host, port, loop=loop)
+        self._peer_sessions: dict[str, Session] = {}
+        self._client_waiters: dict[tuple[str, int], list[tuple[ReqHandle, bool]]] = {}
+        self._peer_replies: dict[str, ReqHandle] = {}
+        self._next_token = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self.started_at = time.time()
+        self.counters = {"submits": 0, "peer_messages": 0, "bad_requests": 0, "errors": 0}
+        self._flush()
+
+    # ---- request handlers ----------------------------------------------------------------
+
+    def _on_submit(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        self.counters["submits"] += 1
+        try:
+            message = codec.decode(payload)
+            if not isinstance(message, Submit):
+                raise InvalidRequest("a SUBMIT request carries a Submit message")
+        except InvalidRequest as exc:
+            self.counters["bad_requests"] += 1
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        key = (message.client_id, message.seq)
+        self._client_waiters.setdefault(key, []).append((handle, message.want_certified))
+        self._handle(CLIENT_PREFIX + message.client_id, message)
+        return None
+
+    def _on_peer(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        self.counters["peer_messages"] += 1
+        try:
+            message = codec.decode(payload)
+        except InvalidRequest:
+            self.counters["bad_requests"] += 1
+            return b""
+        if isinstance(message, Outcome | Submit):
+            self.counters["bad_requests"] += 1
+            return b""
+        self._next_token += 1
+        token = f"{PEER_REPLY_PREFIX}{self._next_token}"
+        self._peer_replies[token] = handle
+        self._handle(token, message)
+        # A request the replica answers does so synchronously; anything else (gossip) gets
+        # an empty response so the sender's slot is freed.
+        leftover = self._peer_replies.pop(token, None)
+        if leftover is not None:
+            return b""
+        return None
+
+    def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
+        replica = self.replica
+        coordinator = replica.coordinator
+        status = {
+            "shard": self.shard,
+            "address": replica.address,
+            "region": self.config.shards[self.shard].region,
+            "role": "leader",
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "watermark": replica.watermark.watermark,
+            "vector_watermark": {str(k): v for k, v in sorted(replica.vw.entries.items())},
+            "keys": replica.store.key_count(),
+            "locks_held": replica.store.locked_count(),
+            "in_flight": coordinator.in_flight(),
+            "counters": {**coordinator.counters, **self.counters},
+            "procedures": self.procedures.names(),
+        }
+        packed: bytes = msgpack.packb(status)
+        return packed
+
+    # ---- the replica ---------------------------------------------------------------------
+
+    def _handle(self, src: str, message: Message) -> None:
+        try:
+            self.replica.handle(time.monotonic_ns(), src, message)
+        except Exception:
+            self.counters["errors"] += 1
+            log.exception("replica failed on a message", extra={"fields": {"type": type(message).__name__}})
+        self._flush()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        try:
+            self.replica.tick(time.monotonic_ns())
+        except Exception:
+            self.counters["errors"] += 1
+            log.exception("replica failed on a timer")
+        self._flush()
+
+    def _flush(self) -> None:
+        ready = self.replica.ready()
+        for dst, message in ready.messages:
+            if dst.startswith(CLIENT_PREFIX):
+                assert isinstance(message, Outcome)
+                self._answer_client(dst[len(CLIENT_PREFIX) :], message)
+            elif dst.startswith(PEER_REPLY_PREFIX):
+                handle = self._peer_replies.pop(dst, None)
+                if handle is not None:
+                    self.rpc.enqueue_response(handle, codec.encode(message))
+            else:
+                self._send_peer(dst, message)
+        wake_at = ready.wake_at
+        if wake_at is not None and (self._timer_at is None or wake_at < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = wake_at
+            delay = max(0.0, (wake_at - time.monotonic_ns()) / 1e9)
+            self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _answer_client(self, client_id: str, outcome: Outcome) -> None:
+        key = (client_id, outcome.seq)
+        waiters = self._client_waiters.get(key)
+        if not waiters:
+            return
+        payload = codec.encode(outcome)
+        if outcome.status == Status.CERTIFIED:
+            remaining = []
+            for handle, want_certified in waiters:
+                if want_certified:
+                    self.rpc.enqueue_response(handle, payload)
+                else:
+                    remaining.append((handle, want_certified))
+            if remaining:
+                self._client_waiters[key] = remaining
+            else:
+                del self._client_waiters[key]
+            return
+        del self._client_waiters[key]
+        for handle, _ in waiters:
+            self.rpc.enqueue_response(handle, payload)
+
+    def _send_peer(self, address: str, message: Message) -> None:
+        session = self._peer_sessions.get(address)
+        if session is None or session.error is not None:
+            host, port = address.rsplit(":", 1)
+            session = self.rpc.create_session((host, int(port)))
+            self._peer_sessions[address] = session
+
+        def on_reply(payload: bytes | None, error: RpcError | None) -> None:
+            # A lost or failed request is retransmitted by the coordinator's own timer.
+            if error is not None or not payload:
+                return
+            try:
+                reply = codec.decode(payload)
+            except InvalidRequest:
+                self.counters["bad_requests"] += 1
+                return
+            self._handle(address, reply)
+
+        try:
+            self.rpc.enqueue_request(session, wire.PEER, codec.encode(message), on_reply)
+        except RpcError as exc:
+            log.warning("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})
+            self._peer_sessions.pop(address, None)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.rpc.close()
+
+
+async def _serve(config: ClusterConfig, shard: int) -> None:
+    loop = asyncio.get_running_loop()
+    server = ShardServer(config, shard, loop)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    parent = os.getppid()
+    log.info("serving", extra={"fields": {"shard": shard, "address": server.replica.address, "pid": os.getpid()}})
+    print(f"shard {shard} serving on {server.replica.address}", flush=True)
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except TimeoutError:
+            if os.getppid() != parent:  # the process that started us is gone: so are we
+                log.info("parent exited; stopping")
+                break
+    log.info("stopping", extra={"fields": {"counters": server.counters}})
+    server.close()
+
+
+def serve(config: ClusterConfig, shard: int) -> None:
+    from store.node import logs
+
+    logs.setup(config.run_dir / f"shard-{shard}.log")
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(_serve(config, shard))
+    finally:
+        loop.close()

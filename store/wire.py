@@ -1,0 +1,16 @@
+"""Request types of Meridian's RPC protocol, shared by servers and the SDK.
+
+Payloads are ``store.core.codec`` messages:
+
+* ``SUBMIT``: a client's ``Submit``; the response is an ``Outcome`` — the final one, or
+  ``CERTIFIED`` first when the client asked for it (it then submits the same id again,
+  without ``want_certified``, to wait for the final outcome).
+* ``PEER``: a message between shard leaders; a request's reply is the RPC response (an empty
+  response for one-way messages such as gossip).
+* ``STATUS``: an empty request; the response is a msgpack map of the server's health and
+  counters.
+"""
+
+SUBMIT = 1
+PEER = 2
+STATUS = 3
