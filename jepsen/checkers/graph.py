@@ -16,7 +16,6 @@ one BFS per anchor.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
@@ -46,6 +45,8 @@ _LABEL_PREFERENCE = (WW, WR, RW, PROCESS, REALTIME)
 REACHABILITY_COMPONENTS_MAX = 20_000
 # The most edge visits one bounded reachability search may spend, over all its anchors.
 BOUNDED_SEARCH_VISITS_MAX = 2_000_000
+# Once a cycle is found, the most edge visits spent looking for a shorter one.
+SHORTEST_SEARCH_VISITS_MAX = 200_000
 
 
 def edge_label(bits: int, allowed: int) -> int:
@@ -89,12 +90,15 @@ class DependencyGraph:
     def find_cycle(
         self, vertices: set[int], anchor: int, path: int
     ) -> tuple[list[int], list[int]] | None:
-        """A cycle within `vertices` made of one `anchor`-kind edge and a `path`-kind path.
+        """A short cycle within `vertices`: one `anchor`-kind edge and a `path`-kind path.
 
         Returns ``(cycle, labels)``: cycle ``[t0, t1, ..., tn]`` means edges t0->t1, ...,
-        tn->t0, the first being the anchor; ``labels[i]`` is the kind naming edge i. The
-        closing path is a shortest one. None if there is no such cycle (or, in a subgraph
-        too large for exact reachability, none was found within the search bound).
+        tn->t0, the first being the anchor; ``labels[i]`` is the kind naming edge i. Every
+        anchor that can close a cycle is tried, each with a breadth-first search cut off at
+        the best length so far, until ``SHORTEST_SEARCH_VISITS_MAX`` edge visits are spent:
+        the result is a shortest such cycle unless the component is large. None if there is
+        no such cycle (or, in a subgraph too large for exact reachability, none was found
+        within ``BOUNDED_SEARCH_VISITS_MAX`` visits).
         """
         successors = self.successors
 
@@ -116,35 +120,48 @@ class DependencyGraph:
             for target, bits in successors[source].items()
             if bits & anchor and target in vertices
         ]
-        # An anchor whose ends share a component of the path subgraph closes a cycle.
+        # An anchor closes a cycle when its target reaches its source along the path kinds:
+        # always when both ends share a component of the path subgraph; otherwise (possible
+        # only when the anchor kind is not a path kind) when the condensation says so.
+        closable: list[tuple[int, int, set[int] | None]] = []
+        members: dict[int, set[int]] = {}
         for source, target in anchors:
-            if component_of[source] == component_of[target]:
-                members = set(components[component_of[target]])
-                closing = self._shortest_path(target, source, path, members)
-                assert closing is not None, "vertices of one component reach each other"
-                return self._labelled(source, closing, anchor, path)
-        if anchor & path:
-            # The anchor kind is itself allowed on the path: a cycle through an anchor would
-            # put both its ends in one component, and none did.
-            return None
-        reach = _component_reachability(components, component_of, path_successors)
-        if reach is not None:
+            number = component_of[source]
+            if number == component_of[target]:
+                if number not in members:
+                    members[number] = set(components[number])
+                closable.append((source, target, members[number]))
+        if not anchor & path:
+            reach = _component_reachability(components, component_of, path_successors)
             for source, target in anchors:
-                if reach[component_of[target]] >> component_of[source] & 1:
-                    closing = self._shortest_path(target, source, path, vertices)
-                    assert closing is not None
-                    return self._labelled(source, closing, anchor, path)
-            return None
-        visits_left = BOUNDED_SEARCH_VISITS_MAX
-        for source, target in anchors:
-            closing, visits_left = self._bounded_shortest_path(
-                target, source, path, vertices, visits_left
+                if component_of[source] == component_of[target]:
+                    continue
+                if reach is None or reach[component_of[target]] >> component_of[source] & 1:
+                    closable.append((source, target, None))
+            exact = reach is not None
+        else:
+            exact = True
+        best: list[int] | None = None
+        best_source = -1
+        visits_spent = 0
+        for source, target, within in closable:
+            if best is not None:
+                if len(best) <= 2 or visits_spent >= SHORTEST_SEARCH_VISITS_MAX:
+                    break
+                depth_max: int | None = len(best) - 2  # path edges that would beat it
+            else:
+                if not exact and visits_spent >= BOUNDED_SEARCH_VISITS_MAX:
+                    return None
+                depth_max = None
+            closing, visits = self._breadth_first_path(
+                target, source, path, within if within is not None else vertices, depth_max
             )
+            visits_spent += visits
             if closing is not None:
-                return self._labelled(source, closing, anchor, path)
-            if visits_left <= 0:
-                return None
-        return None
+                best, best_source = closing, source
+        if best is None:
+            return None
+        return self._labelled(best_source, best, anchor, path)
 
     def _labelled(
         self, source: int, closing: list[int], anchor: int, path: int
@@ -156,44 +173,36 @@ class DependencyGraph:
             labels.append(edge_label(self.kinds(cycle[i], cycle[(i + 1) % len(cycle)]), path))
         return cycle, labels
 
-    def _shortest_path(
-        self, start: int, goal: int, kinds: int, within: set[int]
-    ) -> list[int] | None:
-        """Shortest `kinds` path start..goal inside `within` (BFS)."""
-        found, _ = self._bounded_shortest_path(start, goal, kinds, within, None)
-        return found
-
-    def _bounded_shortest_path(
-        self, start: int, goal: int, kinds: int, within: set[int], visits_max: int | None
+    def _breadth_first_path(
+        self, start: int, goal: int, kinds: int, within: set[int], depth_max: int | None
     ) -> tuple[list[int] | None, int]:
-        """Like _shortest_path, giving up after `visits_max` edge visits (None: never).
+        """A shortest `kinds` path start..goal inside `within` of at most `depth_max` edges.
 
-        Returns the path or None, and the visits left, so that a caller can spread one
-        budget over many searches.
+        Returns the path (or None) and the number of edges visited.
         """
-        if start == goal:
-            return [start], visits_max or 0
         parent = {start: start}
-        queue = deque([start])
+        level = [start]
+        depth = 0
         visits = 0
         successors = self.successors
-        while queue:
-            vertex = queue.popleft()
-            for target, bits in successors[vertex].items():
-                visits += 1
-                if not bits & kinds or target in parent or target not in within:
-                    continue
-                parent[target] = vertex
-                if target == goal:
-                    found = [goal]
-                    while found[-1] != start:
-                        found.append(parent[found[-1]])
-                    found.reverse()
-                    return found, 0 if visits_max is None else visits_max - visits
-                queue.append(target)
-            if visits_max is not None and visits >= visits_max:
-                return None, 0
-        return None, 0 if visits_max is None else visits_max - visits
+        while level and (depth_max is None or depth < depth_max):
+            depth += 1
+            following = []
+            for vertex in level:
+                for target, bits in successors[vertex].items():
+                    visits += 1
+                    if not bits & kinds or target in parent or target not in within:
+                        continue
+                    parent[target] = vertex
+                    if target == goal:
+                        found = [goal]
+                        while found[-1] != start:
+                            found.append(parent[found[-1]])
+                        found.reverse()
+                        return found, visits
+                    following.append(target)
+            level = following
+        return None, visits
 
 
 def strongly_connected_components(

@@ -23,6 +23,7 @@ Errors (all from ``store.core.errors``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import random
@@ -125,10 +126,9 @@ class Client:
         base = ClientSettings(**{**config.client, **overrides}) if settings is None else settings
         client = cls([s.leader for s in config.shards], config.partitioner(), base, client_id)
         for shard in range(len(client._addresses)):
-            try:
+            # A shard that is down now fails its transactions until it is back.
+            with contextlib.suppress(Unavailable):
                 await client._session(shard)
-            except Unavailable:
-                pass  # that shard is down now; its transactions fail until it is back
         return client
 
     async def close(self) -> None:
