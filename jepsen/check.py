@@ -101,10 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, EdnError, InvalidHistory) as error:
         print(f"cannot check {arguments.file}: {error}", file=sys.stderr)
         return EXIT_ERROR
-    if arguments.json:
-        print(json.dumps(result, default=str, sort_keys=False))
-    else:
-        print(_summary(arguments.model, result))
+    text = json.dumps(result, default=str) if arguments.json else _summary(arguments.model, result)
+    try:
+        print(text)
+    except BrokenPipeError:  # e.g. piped into head; the exit status still carries the verdict
+        sys.stderr.close()
     return EXIT_VALID if result["valid"] else EXIT_INVALID
 
 
