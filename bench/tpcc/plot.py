@@ -29,7 +29,8 @@ def write_throughput(report: dict[str, Any], run_dir: Path, title: str) -> Path 
         )
         return None
     figure, axes = pyplot.subplots(figsize=(8, 4))
-    axes.plot(range(len(series)), series, drawstyle="steps-post")
+    # One flat step per whole second of the run: second s covers [s, s + 1).
+    axes.stairs(series, range(len(series) + 1), linewidth=1.5)
     axes.set_xlabel("second of the run")
     axes.set_ylabel("transactions committed per second")
     axes.set_title(title)

@@ -133,3 +133,17 @@ def test_the_command_reports_json_with_the_required_fields(
     assert report["consistency"] == {str(n): True for n in range(1, 13)}
     assert report["txn_per_s"] > 0
     assert (tmp_path / "report.json").exists() and (tmp_path / "throughput.csv").exists()
+
+
+def test_throughput_plot_is_written_when_matplotlib_is_there(tmp_path: Path) -> None:
+    from bench.tpcc.plot import write_throughput
+
+    report = {"throughput_per_s": [10, 12, 9]}
+    png = write_throughput(report, tmp_path, "test")
+    assert (tmp_path / "throughput.csv").read_text() == "second,transactions\n0,10\n1,12\n2,9\n"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert png is None  # skipped with a message
+        return
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
