@@ -302,20 +302,44 @@ async def run_ops(tx: Tx, ops: list[list[Any]]) -> list[Any]:
     return results
 
 
+# Parameter annotations a registry checks before a procedure runs, so that a call with
+# arguments of the wrong type is refused as InvalidRequest rather than failing inside.
+_CHECKED_ANNOTATIONS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "str": (str,),
+    "float": (int, float),
+    "bool": (bool,),
+    "bytes": (bytes,),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
 class Procedures:
     """Registered procedures by name; the same registry is loaded on every server."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, Procedure] = {}
         self._signatures: dict[str, inspect.Signature] = {}
+        self._arg_types: dict[str, list[tuple[str, tuple[type, ...]] | None]] = {}
 
     def register(self, name: str, procedure: Procedure) -> None:
         if not name or name == OPS_PROCEDURE:
             raise ValueError("a procedure needs a non-empty name")
         if not inspect.iscoroutinefunction(procedure):
             raise TypeError(f"procedure {name!r} must be an async def")
+        signature = inspect.signature(procedure)
         self._by_name[name] = procedure
-        self._signatures[name] = inspect.signature(procedure)
+        self._signatures[name] = signature
+        checks: list[tuple[str, tuple[type, ...]] | None] = []
+        for parameter in list(signature.parameters.values())[1:]:
+            if parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                break
+            annotation = parameter.annotation
+            text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+            types = _CHECKED_ANNOTATIONS.get(text)
+            checks.append((parameter.name, types) if types else None)
+        self._arg_types[name] = checks
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
@@ -339,6 +363,15 @@ class Procedures:
             self._signatures[name].bind(tx, *args)
         except TypeError as exc:
             raise InvalidRequest(f"wrong arguments for {name!r}: {exc}") from None
+        for arg, check in zip(args, self._arg_types[name], strict=False):
+            if check is None:
+                continue
+            parameter, types = check
+            if type(arg) not in types or (type(arg) is bool and bool not in types):
+                raise InvalidRequest(
+                    f"{name!r}: argument {parameter!r} must be {types[0].__name__}, "
+                    f"got {type(arg).__name__}"
+                )
         return procedure(tx, *args)
 
 
