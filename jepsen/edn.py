@@ -102,21 +102,24 @@ class Tagged:
 # ---------------------------------------------------------------------------------------------
 # Reader
 
-# One token per match. Order matters: strings and characters before atoms, `#{` and `#_`
-# before tags.
+# One token per match, after any whitespace, commas and comments. Order matters: strings and
+# characters before atoms, `#{` and `#_` before tags.
 _TOKEN = re.compile(
     r"""
-    (?P<skip>(?:[\s,]+|;[^\n]*)+)
-  | (?P<string>"(?:[^"\\]|\\.)*")
-  | (?P<open>\#\{|[\[{(])
-  | (?P<close>[\]})])
-  | (?P<discard>\#_)
-  | (?P<tag>\#[A-Za-z][^\s,\[\]{}()";]*)
-  | (?P<char>\\(?:newline|space|tab|return|formfeed|backspace|u[0-9A-Fa-f]{4}|[^\s,\[\]{}()]))
-  | (?P<atom>[^\s,\[\]{}()";\\]+)
+    (?:[\s,]+|;[^\n]*)*
+    (?:
+      (?P<atom>[^\s,\[\]{}()";\\\#][^\s,\[\]{}()";\\]*|\#\#[^\s,\[\]{}()";\\]*)
+    | (?P<open>\#\{|[\[{(])
+    | (?P<close>[\]})])
+    | (?P<string>"(?:[^"\\]|\\.)*")
+    | (?P<discard>\#_)
+    | (?P<tag>\#[A-Za-z][^\s,\[\]{}()";]*)
+    | (?P<char>\\(?:newline|space|tab|return|formfeed|backspace|u[0-9A-Fa-f]{4}|[^\s,\[\]{}()]))
+    )
     """,
     re.VERBOSE | re.DOTALL,
 )
+_SKIP = re.compile(r"(?:[\s,]+|;[^\n]*)*")
 
 _INT = re.compile(r"[+-]?\d+N?")
 _INT_VECTOR = re.compile(r"\[((?:[\s,]*[+-]?\d+(?=[\s,\]]))*)[\s,]*\]")
@@ -195,43 +198,50 @@ class _Reader:
         # and tags that apply to the next complete form read into that frame.
         stack: list[list[Any]] = [["", [], []]]
         text = self.text
-        length = len(text)
         match_token = _TOKEN.match
         while True:
-            if self.position >= length:
+            match = match_token(text, self.position)
+            if match is None:
+                skipped = _SKIP.match(text, self.position)
+                assert skipped is not None, "the skip pattern matches the empty string"
+                self.position = skipped.end()
+                if self.position < len(text):
+                    raise self._error(f"unexpected character {text[self.position]!r}")
                 if len(stack) > 1:
                     raise self._error(f"unclosed {stack[-1][0]!r}")
                 if stack[0][2]:
                     raise self._error("a '#_' or tag with no form after it")
                 return
-            match = match_token(text, self.position)
-            if match is None:
-                raise self._error(f"unexpected character {text[self.position]!r}")
             self.position = match.end()
             kind = match.lastgroup
-            token = match.group()
+            assert kind is not None
+            token = match.group(kind)
             value: Any
-            if kind == "skip":
-                continue
-            if kind == "open":
+            if kind == "atom":
+                # Keywords and plain integers are most of a history; skip the general path.
+                first = token[0]
+                if first == ":" and len(token) > 1:
+                    value = Keyword(token[1:])
+                elif first.isdigit() and token.isascii() and token.isdigit():
+                    value = int(token)
+                else:
+                    try:
+                        value = _atom(token)
+                    except EdnError as error:
+                        raise self._error(str(error)) from None
+            elif kind == "open":
                 if token == "[":
                     # Fast path: a vector of plain integers, as list-append reads are.
-                    numbers = _INT_VECTOR.match(text, match.start())
-                    if numbers is not None:
-                        self.position = numbers.end()
-                        value = [int(n) for n in numbers.group(1).replace(",", " ").split()]
-                        if self._emit(stack, value):
-                            yield self._top_level.pop()
+                    numbers = _INT_VECTOR.match(text, match.start(kind))
+                    if numbers is None:
+                        stack.append([token, [], []])
                         continue
-                stack.append([token, [], []])
-                continue
-            if kind == "discard":
-                stack[-1][2].append(None)
-                continue
-            if kind == "tag":
-                stack[-1][2].append(token[1:])
-                continue
-            if kind == "close":
+                    self.position = numbers.end()
+                    value = [int(n) for n in numbers.group(1).replace(",", " ").split()]
+                else:
+                    stack.append([token, [], []])
+                    continue
+            elif kind == "close":
                 if len(stack) == 1:
                     raise self._error(f"unmatched {token!r}")
                 opener, items, prefixes = stack.pop()
@@ -240,9 +250,15 @@ class _Reader:
                 if prefixes:
                     raise self._error("a '#_' or tag with no form after it")
                 value = self._collection(opener, items)
+            elif kind == "discard":
+                stack[-1][2].append(None)
+                continue
+            elif kind == "tag":
+                stack[-1][2].append(token[1:])
+                continue
             elif kind == "string":
-                value = _STRING_ESCAPE.sub(_unescape, token[1:-1])
-            elif kind == "char":
+                value = _STRING_ESCAPE.sub(_unescape, token[1:-1]) if "\\" in token else token[1:-1]
+            else:
                 name = token[1:]
                 if len(name) == 1:
                     value = name
@@ -250,13 +266,14 @@ class _Reader:
                     value = chr(int(name[1:], 16))
                 else:
                     value = _CHAR_NAMES[name]
+            frame = stack[-1]
+            if frame[2]:
+                if self._emit(stack, value):
+                    yield self._top_level.pop()
+            elif len(stack) == 1:
+                yield value
             else:
-                try:
-                    value = _atom(token)
-                except EdnError as error:
-                    raise self._error(str(error)) from None
-            if self._emit(stack, value):
-                yield self._top_level.pop()
+                frame[1].append(value)
 
     def _emit(self, stack: list[list[Any]], value: Any) -> bool:
         """Put a complete form into the innermost frame; True if it is a top-level form."""
