@@ -15,6 +15,8 @@ Accounting:
 * A conflict abort (``Aborted``) is retried with the same inputs and counted in
   ``aborts``; a rolled-back New-Order (``UserAborted`` on the unused item) is a completed
   New-Order, counted in ``rolled_back`` as well (clause 2.4.2.3 counts it in the mix).
+  A transaction undone by failure recovery (``RolledBack``) or refused (``Unavailable``)
+  is retried and counted apart; any other error is counted in ``errors`` and not retried.
 * A transaction is cross-shard when the warehouses it touches live on different shards:
   a New-Order with a line supplied from a warehouse of another shard, a Payment of a
   customer of another shard's warehouse.
@@ -33,7 +35,7 @@ from typing import Any, Protocol
 
 from bench.tpcc import loader, rand, schema
 from bench.tpcc.schema import DISTRICTS_PER_WAREHOUSE, Scale
-from store.core.errors import Aborted, MeridianError, Unavailable, UserAborted
+from store.core.errors import Aborted, MeridianError, RolledBack, Unavailable, UserAborted
 
 TRANSACTION_TYPES = ("new_order", "payment", "order_status", "delivery", "stock_level")
 PROCEDURE_OF = {kind: f"tpcc_{kind}" for kind in TRANSACTION_TYPES}
@@ -174,6 +176,8 @@ class TypeStats:
     completed: int = 0
     rolled_back: int = 0
     aborts: int = 0
+    # Speculatively certified, then undone by failure recovery (DESIGN.md §5): retried.
+    recovery_rollbacks: int = 0
     unavailable: int = 0
     errors: int = 0
     gave_up: int = 0
@@ -228,6 +232,7 @@ class Stats:
                     "completed": s.completed,
                     "rolled_back": s.rolled_back,
                     "aborts": s.aborts,
+                    "recovery_rollbacks": s.recovery_rollbacks,
                     "unavailable": s.unavailable,
                     "errors": s.errors,
                     "gave_up": s.gave_up,
@@ -359,6 +364,9 @@ class Driver:
                 )
             except Aborted:
                 stats.aborts += 1
+                continue
+            except RolledBack:
+                stats.recovery_rollbacks += 1
                 continue
             except Unavailable:
                 stats.unavailable += 1
