@@ -110,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
     status.set_defaults(run=cmd_status)
 
-    demo = commands.add_parser("demo", help="the main job: a short simulated run, summarized")
+    demo = commands.add_parser(
+        "demo", help="the main job: start a local cluster, run a short microbenchmark, stop"
+    )
+    demo.add_argument("--duration", type=float, default=10.0, help="seconds of load")
     demo.set_defaults(run=cmd_demo)
     return parser
 
@@ -147,13 +150,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    code = 0
-    for workload in ("list-append", "bank"):
-        ns = build_parser().parse_args(
-            ["sim", "--seeds", "50", "--loss", "0.05", "--workload", workload]
-        )
-        code |= cmd_sim(ns)
-    return code
+    """The main job: a local cluster, a short microbenchmark with live progress, stopped."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "micro.py"
+    if not script.exists():
+        raise SystemExit("meridian demo runs bench/micro.py from a source checkout")
+    command = [sys.executable, str(script), "--shards", "2", "--duration", str(args.duration)]
+    return subprocess.call(command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -177,6 +177,15 @@ class Client:
         result: list[Any] = (await self._run(OPS_PROCEDURE, [ops], route, speculative=False)).result
         return result
 
+    async def run_ops_detailed(
+        self, ops: list[list[Any]], *, route: str | int | None = None
+    ) -> TxnResult:
+        """``run_ops`` with latencies and the number of attempts (conflict retries + 1)."""
+        check_ops(ops, codec_settings())
+        if route is None and ops:
+            route = ops[0][1]
+        return await self._run(OPS_PROCEDURE, [ops], route, speculative=False, detailed=True)
+
     async def get(self, key: str) -> Any:
         return (await self.run_ops([["get", key]]))[0]
 
@@ -242,7 +251,7 @@ class Client:
                 submit = Submit(self.client_id, next(self._seq), procedure, args, True)
                 pending = PendingTxn(shard, submit, time.monotonic())
                 try:
-                    return await self._attempt(pending, speculative, attempt)
+                    return await self._attempt(pending, speculative, attempt, detailed)
                 except Aborted:
                     if attempt > self.settings.retries_max:
                         raise
@@ -253,10 +262,14 @@ class Client:
     async def resume(self, pending: PendingTxn, speculative: bool = False) -> TxnResult:
         """Asks again for a transaction whose outcome was unknown (same id: never runs twice)."""
         pending.started = time.monotonic()
-        return await self._attempt(pending, speculative, 1)
+        return await self._attempt(pending, speculative, 1, detailed=True)
 
-    async def _attempt(self, pending: PendingTxn, speculative: bool, attempt: int) -> TxnResult:
-        outcome = await self._exchange(pending, want_certified=True)
+    async def _attempt(
+        self, pending: PendingTxn, speculative: bool, attempt: int, detailed: bool
+    ) -> TxnResult:
+        # Asking for the certified answer costs a second round trip for the committed one,
+        # so a caller who only wants the committed result does not ask.
+        outcome = await self._exchange(pending, want_certified=speculative or detailed)
         certified_s = time.monotonic() - pending.started
         if outcome.status == Status.CERTIFIED:
             if speculative:

@@ -146,7 +146,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         verdict = check_list_append(history.ops)
         if not verdict["valid"]:
             for kind in verdict["anomaly_types"]:
-                kinds[kind] = kinds.get(kind, 0) + len(verdict["anomalies"][kind])
+                kinds[kind] = kinds.get(kind, 0) + verdict["anomaly_counts"][kind]
             details["not"] = sorted(verdict.get("not", []))
     if dominance.violations:
         kinds["vc-dominance"] = len(dominance.violations)

@@ -1,0 +1,256 @@
+"""Mako's microbenchmark against a real Meridian cluster (issue 4).
+
+50% read-only and 50% read-modify-write transactions of 4 operations each; an access goes
+to another shard than the transaction's home shard with probability 5%; keys uniform, or
+zipfian with ``--zipf THETA``; K keys per shard preloaded. The cluster is started here
+(separate server processes on loopback) unless ``--connect FILE`` names a running one.
+
+Measured in the same run, ``core_txn_per_s`` is ``bench/core.py``'s single-shard mix on the
+pure core in one process; ``efficiency`` is the cluster's throughput over it: what the real
+I/O path (RPC, processes, the SDK) keeps of what the protocol alone can do.
+
+    python bench/micro.py --shards 2 --duration 20 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hdrh.histogram import HdrHistogram  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from store import config as config_module  # noqa: E402
+from store.client import Aborted, Client, MeridianError  # noqa: E402
+from store.node.up import LocalCluster  # noqa: E402
+from store.rpc.aio import new_event_loop  # noqa: E402
+
+LOAD_BATCH = 500
+
+
+def cluster_file(directory: Path, shards: int, base_port: int) -> Path:
+    lines = [
+        "[cluster]", 'name = "micro"', f'run_dir = "{directory / "run"}"',
+        "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 15",
+        "[[regions]]", 'name = "us"',
+    ]
+    for shard in range(shards):
+        lines += ["[[shards]]", f'leader = "127.0.0.1:{base_port + shard}"']
+    path = directory / "micro.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class KeyChooser:
+    def __init__(self, keys_by_shard: list[list[str]], zipf_theta: float, rng: random.Random) -> None:
+        self.keys = keys_by_shard
+        self.rng = rng
+        count = len(keys_by_shard[0])
+        self.cdf: list[float] | None = None
+        if zipf_theta > 0:
+            weights = [1.0 / (i + 1) ** zipf_theta for i in range(count)]
+            total = sum(weights)
+            running = 0.0
+            self.cdf = []
+            for weight in weights:
+                running += weight / total
+                self.cdf.append(running)
+
+    def pick(self, shard: int) -> str:
+        keys = self.keys[shard]
+        if self.cdf is None:
+            return keys[self.rng.randrange(len(keys))]
+        return keys[min(bisect.bisect_left(self.cdf, self.rng.random()), len(keys) - 1)]
+
+
+def keys_per_shard(partitioner: Any, shards: int, count: int) -> list[list[str]]:
+    by_shard: list[list[str]] = [[] for _ in range(shards)]
+    i = 0
+    while min(len(k) for k in by_shard) < count:
+        key = f"micro/{i:09d}"
+        shard = partitioner.shard_of(key)
+        if len(by_shard[shard]) < count:
+            by_shard[shard].append(key)
+        i += 1
+    return by_shard
+
+
+async def preload(client: Client, keys: list[list[str]], quiet: bool) -> None:
+    batches = [
+        (shard, shard_keys[i : i + LOAD_BATCH])
+        for shard, shard_keys in enumerate(keys)
+        for i in range(0, len(shard_keys), LOAD_BATCH)
+    ]
+    with tqdm(total=sum(len(k) for k in keys), desc="preload", unit="key", disable=quiet, file=sys.stderr) as bar:
+        for shard, batch in batches:
+            await client.run_ops([["put", key, 0] for key in batch], route=shard)
+            bar.update(len(batch))
+
+
+async def drive(
+    client: Client, keys: list[list[str]], args: argparse.Namespace, quiet: bool
+) -> dict[str, Any]:
+    shards = len(keys)
+    rng = random.Random(args.seed)
+    chooser = KeyChooser(keys, args.zipf, rng)
+    histograms = {kind: HdrHistogram(1, 60_000_000, 3) for kind in ("read_only", "rmw")}
+    counts = {"read_only": 0, "rmw": 0, "attempts": 0, "aborted_attempts": 0, "errors": 0, "cross_shard": 0}
+    stop_at = time.monotonic() + args.duration
+    bar = tqdm(total=int(args.duration), desc="running", unit="s", disable=quiet, file=sys.stderr,
+               bar_format="{desc}: {n_fmt}/{total_fmt} s |{bar}| {postfix}")
+
+    async def worker() -> None:
+        while time.monotonic() < stop_at:
+            home = rng.randrange(shards)
+            chosen = []
+            for _ in range(4):
+                shard = home
+                if shards > 1 and rng.random() < args.remote:
+                    shard = (home + rng.randrange(1, shards)) % shards
+                chosen.append(chooser.pick(shard))
+            kind = "read_only" if rng.random() < 0.5 else "rmw"
+            ops = [["get", k] for k in chosen] if kind == "read_only" else [["increment", k, 1] for k in chosen]
+            started = time.monotonic()
+            try:
+                result = await client.run_ops_detailed(ops, route=home)
+            except Aborted:
+                counts["attempts"] += client.settings.retries_max + 1
+                counts["aborted_attempts"] += client.settings.retries_max + 1
+                continue
+            except MeridianError:
+                counts["errors"] += 1
+                continue
+            latency_us = max(1, int((time.monotonic() - started) * 1e6))
+            histograms[kind].record_value(latency_us)
+            counts[kind] += 1
+            counts["attempts"] += result.attempts
+            counts["aborted_attempts"] += result.attempts - 1
+            if len({client.partitioner.shard_of(k) for k in chosen}) > 1:
+                counts["cross_shard"] += 1
+
+    async def progress() -> None:
+        last = 0
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(1.0)
+            done = counts["read_only"] + counts["rmw"]
+            bar.set_postfix_str(f"{done - last:,} txn/s")
+            bar.update(1)
+            last = done
+
+    started = time.monotonic()
+    await asyncio.gather(progress(), *(worker() for _ in range(args.clients)))
+    elapsed = time.monotonic() - started
+    bar.close()
+    return {"counts": counts, "histograms": histograms, "elapsed": elapsed}
+
+
+def percentile_ms(histogram: HdrHistogram, p: float) -> float:
+    return round(histogram.get_value_at_percentile(p) / 1000.0, 3)
+
+
+def core_throughput(transactions: int, shards: int) -> float:
+    sys.path.insert(0, str(REPO / "bench"))
+    import core
+
+    return float(core.measure(transactions, shards)["single_shard_txn_per_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent closed-loop clients")
+    parser.add_argument("--keys-per-shard", type=int, default=10_000)
+    parser.add_argument("--remote", type=float, default=0.05, help="chance an access is remote")
+    parser.add_argument("--zipf", type=float, default=0.0, help="zipfian theta (0: uniform)")
+    parser.add_argument("--connect", type=Path, help="a running cluster's file (else start one)")
+    parser.add_argument("--base-port", type=int, default=7400)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    quiet = args.json and not sys.stderr.isatty()
+
+    with tempfile.TemporaryDirectory(prefix="meridian-micro-") as scratch:
+        cluster = None
+        if args.connect:
+            config = config_module.load(args.connect)
+        else:
+            config = config_module.load(cluster_file(Path(scratch), args.shards, args.base_port))
+            cluster = LocalCluster(config)
+            cluster.start()
+        try:
+            if cluster is not None:
+                cluster.wait_ready()
+            loop = new_event_loop()
+            try:
+                measured = loop.run_until_complete(run(config, args, quiet))
+            finally:
+                loop.close()
+        finally:
+            if cluster is not None:
+                cluster.stop()
+    core_txn_per_s = core_throughput(20_000, len(config.shards))
+    counts, histograms, elapsed = measured["counts"], measured["histograms"], measured["elapsed"]
+    committed = counts["read_only"] + counts["rmw"]
+    both = HdrHistogram(1, 60_000_000, 3)
+    for histogram in histograms.values():
+        both.add(histogram)
+    result: dict[str, Any] = {
+        "shards": len(config.shards),
+        "clients": args.clients,
+        "duration_s": round(elapsed, 2),
+        "keys_per_shard": args.keys_per_shard,
+        "zipf_theta": args.zipf,
+        "txn_per_s": round(committed / elapsed, 1),
+        "abort_rate": round(counts["aborted_attempts"] / max(counts["attempts"], 1), 5),
+        "errors": counts["errors"],
+        "cross_shard_fraction": round(counts["cross_shard"] / max(committed, 1), 4),
+        "p50_ms": percentile_ms(both, 50),
+        "p99_ms": percentile_ms(both, 99),
+        "p999_ms": percentile_ms(both, 99.9),
+        "core_txn_per_s": round(core_txn_per_s, 1),
+        "efficiency": round(committed / elapsed / core_txn_per_s, 4),
+    }
+    for kind, histogram in histograms.items():
+        result[kind] = {
+            "committed": counts[kind],
+            "p50_ms": percentile_ms(histogram, 50),
+            "p99_ms": percentile_ms(histogram, 99),
+            "p999_ms": percentile_ms(histogram, 99.9),
+        }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"microbenchmark: {result['shards']} shards, {args.clients} clients, {result['duration_s']} s")
+    print(f"  throughput {result['txn_per_s']:,.0f} txn/s  abort rate {result['abort_rate']:.2%}  "
+          f"cross-shard {result['cross_shard_fraction']:.1%}  errors {result['errors']}")
+    for kind in ("read_only", "rmw"):
+        r = result[kind]
+        print(f"  {kind:9} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p999 {r['p999_ms']:.2f} ms")
+    print(f"  pure core (same run) {result['core_txn_per_s']:,.0f} txn/s; efficiency {result['efficiency']:.2f}")
+
+
+async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
+    client = await Client.connect(config, in_flight_max=max(256, args.clients))
+    try:
+        keys = keys_per_shard(client.partitioner, len(config.shards), args.keys_per_shard)
+        if not args.connect:
+            await preload(client, keys, quiet)
+        return await drive(client, keys, args, quiet)
+    finally:
+        await client.close()
+
+
+if __name__ == "__main__":
+    main()
