@@ -66,6 +66,8 @@ typedef struct mr_session {
     uint32_t backlog_len;
     uint32_t kick_cursor;
     uint32_t generation; /* distinguishes successive sessions with the same number */
+    uint16_t local_tag;  /* carried by data packets to this end */
+    uint16_t remote_tag; /* put on data packets to the peer */
 } mr_session;
 
 typedef struct mr_txent {
@@ -99,6 +101,7 @@ struct mr_core {
     mr_session *sessions;
     uint32_t server_credits_used;
     uint32_t next_generation;
+    uint32_t alloc_cursor; /* round-robin session numbers: slow reuse of a number */
     uint64_t rx_reassembly_bytes; /* server: bytes of requests still being received */
 
     mr_txent *tx;
@@ -147,12 +150,13 @@ static void wr16(uint8_t *p, uint16_t v) {
 }
 
 /* Word 0: req_type:8 | msg_size:24 | dest_session:16 | pkt_type:2 | pkt_num:14 (LSB first).
- * Word 1: req_num:44 | magic:20. Both little-endian. */
+ * Word 1: req_num:44 | magic:4 | session_tag:16. Both little-endian. */
 void mr_hdr_encode(uint8_t *out, const mr_hdr *h) {
     uint64_t w0 = (uint64_t)h->req_type | ((uint64_t)(h->msg_size & 0xFFFFFFu) << 8) |
                   ((uint64_t)h->dest_session << 32) | ((uint64_t)(h->pkt_type & 3u) << 48) |
                   ((uint64_t)(h->pkt_num & 0x3FFFu) << 50);
-    uint64_t w1 = (h->req_num & MR_REQ_NUM_MASK) | ((uint64_t)(h->magic & 0xFFFFFu) << 44);
+    uint64_t w1 = (h->req_num & MR_REQ_NUM_MASK) | ((uint64_t)(h->magic & 0xFu) << 44) |
+                  ((uint64_t)h->session_tag << 48);
     wr64(out, w0);
     wr64(out + 8, w1);
 }
@@ -166,7 +170,8 @@ int mr_hdr_decode(const uint8_t *pkt, size_t len, mr_hdr *h) {
     h->pkt_type = (uint8_t)((w0 >> 48) & 3u);
     h->pkt_num = (uint16_t)((w0 >> 50) & 0x3FFFu);
     h->req_num = w1 & MR_REQ_NUM_MASK;
-    h->magic = (uint32_t)(w1 >> 44);
+    h->magic = (uint8_t)((w1 >> 44) & 0xFu);
+    h->session_tag = (uint16_t)(w1 >> 48);
     if (h->magic != MR_MAGIC_DATA && h->magic != MR_MAGIC_SM) return -1;
     return 0;
 }
@@ -175,6 +180,7 @@ typedef struct mr_sm_body {
     uint64_t token, client_incarnation, server_incarnation;
     uint16_t client_session, server_session;
     uint32_t credits;
+    uint16_t client_tag, server_tag;
 } mr_sm_body;
 
 static void sm_body_encode(uint8_t *out, const mr_sm_body *b) {
@@ -184,6 +190,9 @@ static void sm_body_encode(uint8_t *out, const mr_sm_body *b) {
     wr16(out + 24, b->client_session);
     wr16(out + 26, b->server_session);
     wr32(out + 28, b->credits);
+    wr16(out + 32, b->client_tag);
+    wr16(out + 34, b->server_tag);
+    wr32(out + 36, 0);
 }
 static void sm_body_decode(const uint8_t *in, mr_sm_body *b) {
     b->token = rd64(in);
@@ -192,6 +201,8 @@ static void sm_body_decode(const uint8_t *in, mr_sm_body *b) {
     b->client_session = rd16(in + 24);
     b->server_session = rd16(in + 26);
     b->credits = rd32(in + 28);
+    b->client_tag = rd16(in + 32);
+    b->server_tag = rd16(in + 34);
 }
 
 /* ------------------------------------------------------------- utilities */
@@ -508,16 +519,15 @@ void mr_core_tx_consume(mr_core *c, uint32_t n) {
     c->tx_len -= n;
 }
 
-static void event_push(mr_core *c, uint8_t kind, uint8_t req_type, uint16_t session,
-                       int32_t code, uint64_t id, uint8_t *data, uint32_t size) {
+/* Returns 0, or -1 (and frees data) if out of memory. */
+static int event_push(mr_core *c, uint8_t kind, uint8_t req_type, uint16_t session,
+                      int32_t code, uint64_t id, uint8_t *data, uint32_t size) {
     if (c->ev_len == c->ev_cap) {
         uint32_t cap = c->ev_cap ? c->ev_cap * 2 : 64;
         mr_event *e = realloc(c->ev, (size_t)cap * sizeof(mr_event));
         if (e == NULL) {
-            /* Out of memory: an event cannot be dropped silently, but there is no better
-             * option than losing it; the client will time out the request. */
             free(data);
-            return;
+            return -1;
         }
         c->ev = e;
         c->ev_cap = cap;
@@ -530,6 +540,7 @@ static void event_push(mr_core *c, uint8_t kind, uint8_t req_type, uint16_t sess
     e->id = id;
     e->data = data;
     e->size = size;
+    return 0;
 }
 
 uint32_t mr_core_event_count(const mr_core *c) { return c->ev_len; }
@@ -553,15 +564,20 @@ static mr_session *session_get(mr_core *c, int num) {
 
 static mr_session *session_alloc(mr_core *c, uint8_t role, const uint8_t *addr,
                                  uint32_t addr_len) {
-    for (uint32_t i = 0; i < c->s.sessions_max; i++) {
+    for (uint32_t k = 0; k < c->s.sessions_max; k++) {
+        uint32_t i = (c->alloc_cursor + k) % c->s.sessions_max;
         mr_session *s = &c->sessions[i];
         if (s->role != MR_ROLE_FREE) continue;
         mr_slot *slots = calloc(c->s.session_req_window, sizeof(mr_slot));
         if (slots == NULL) return NULL;
+        c->alloc_cursor = i + 1;
         memset(s, 0, sizeof(*s));
         s->slots = slots;
         s->role = role;
         s->generation = ++c->next_generation;
+        do {
+            s->local_tag = (uint16_t)rng_next(c);
+        } while (s->local_tag == 0);
         s->local_num = (uint16_t)i;
         s->remote_num = MR_SESSION_NUM_INVALID;
         memcpy(s->addr, addr, addr_len);
@@ -591,6 +607,8 @@ static void client_sm_send(mr_core *c, mr_session *s, uint8_t type, uint64_t now
     b.client_session = s->local_num;
     b.server_session = s->remote_num;
     b.credits = s->credits_max;
+    b.client_tag = s->local_tag;
+    b.server_tag = s->remote_tag;
     sm_send(c, s->addr, s->addr_len, type, MR_OK, &b, now);
     if (type == MR_SM_PING_REQ)
         s->ping_sent_at = now;
@@ -675,6 +693,8 @@ int mr_core_session_info(const mr_core *c, int session, mr_session_info *out) {
     out->busy_slots = s->busy_slots;
     out->backlog = s->backlog_len;
     out->remote_session = s->remote_num;
+    out->local_tag = s->local_tag;
+    out->remote_tag = s->remote_tag;
     return 0;
 }
 
@@ -689,6 +709,7 @@ static void client_send_pkt(mr_core *c, mr_session *s, mr_slot *sl, uint64_t now
     h.dest_session = s->remote_num;
     h.req_num = sl->req_num;
     h.magic = MR_MAGIC_DATA;
+    h.session_tag = s->remote_tag;
     if (i < sl->req_pkts) {
         h.pkt_type = MR_PKT_REQ;
         h.msg_size = sl->req_size;
@@ -921,6 +942,7 @@ static void server_send_resp(mr_core *c, mr_session *s, mr_slot *sl, uint32_t in
     h.pkt_num = (uint16_t)index;
     h.req_num = sl->req_num;
     h.magic = MR_MAGIC_DATA;
+    h.session_tag = s->remote_tag;
     uint32_t plen = pkt_len_for(c, sl->resp_size, index);
     const uint8_t *p = plen ? sl->resp_buf + (size_t)index * c->payload_max : NULL;
     emit(c, s->addr, s->addr_len, &h, p, plen, now);
@@ -935,20 +957,30 @@ static void server_send_cr(mr_core *c, mr_session *s, mr_slot *sl, uint32_t inde
     h.pkt_num = (uint16_t)index;
     h.req_num = sl->req_num;
     h.magic = MR_MAGIC_DATA;
+    h.session_tag = s->remote_tag;
     emit(c, s->addr, s->addr_len, &h, NULL, 0, now);
 }
 
 static void server_deliver(mr_core *c, mr_session *s, mr_slot *sl, uint8_t *data) {
+    if (event_push(c, MR_EV_REQUEST, sl->req_type, s->local_num, (int32_t)s->generation,
+                   sl->req_num, data, sl->req_size) != 0) {
+        /* Out of memory: forget the request, as if lost; the client's retransmission brings
+         * it back as a fresh one (the handler has not run). */
+        c->stats.rx_no_buffer++;
+        uint64_t req_num = sl->req_num;
+        slot_clear(sl);
+        sl->req_num = req_num; /* older numbers stay stale */
+        return;
+    }
     sl->state = MR_SLOT_IN_HANDLER;
     c->stats.requests_handled++;
-    event_push(c, MR_EV_REQUEST, sl->req_type, s->local_num, (int32_t)s->generation, sl->req_num,
-               data, sl->req_size);
 }
 
 static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint8_t *payload,
                           uint32_t plen, uint64_t now) {
     mr_slot *sl = &s->slots[h->req_num % c->s.session_req_window];
-    int fresh = sl->state == MR_SLOT_EMPTY || h->req_num > sl->req_num;
+    int fresh = (sl->state == MR_SLOT_EMPTY && h->req_num >= sl->req_num) ||
+                h->req_num > sl->req_num;
     if (!fresh && h->req_num < sl->req_num) {
         c->stats.rx_stale++;
         return;
@@ -1076,11 +1108,12 @@ int mr_core_respond(mr_core *c, int session, uint32_t generation, uint64_t req_n
 /* ------------------------------------------------------ session management */
 
 static void server_sm_reply(mr_core *c, const uint8_t *addr, uint32_t addr_len, uint8_t type,
-                            int32_t err, const mr_sm_body *req, uint16_t server_session,
+                            int32_t err, const mr_sm_body *req, const mr_session *s,
                             uint64_t now) {
     mr_sm_body b = *req;
     b.server_incarnation = c->incarnation;
-    b.server_session = server_session;
+    b.server_session = s ? s->local_num : MR_SESSION_NUM_INVALID;
+    b.server_tag = s ? s->local_tag : 0;
     sm_send(c, addr, addr_len, type, err, &b, now);
 }
 
@@ -1132,25 +1165,26 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
             if (c->server_credits_used + b.credits > c->s.server_credits_max) {
                 c->stats.sessions_refused++;
                 server_sm_reply(c, addr, addr_len, MR_SM_CONNECT_RESP, MR_ERR_RING_EXHAUSTED, &b,
-                                MR_SESSION_NUM_INVALID, now);
+                                NULL, now);
                 return;
             }
             found = session_alloc(c, MR_ROLE_SERVER, addr, addr_len);
             if (found == NULL) {
                 c->stats.sessions_refused++;
                 server_sm_reply(c, addr, addr_len, MR_SM_CONNECT_RESP, MR_ERR_RING_EXHAUSTED, &b,
-                                MR_SESSION_NUM_INVALID, now);
+                                NULL, now);
                 return;
             }
             found->state = MR_SS_CONNECTED;
             found->token = b.token;
             found->client_incarnation = b.client_incarnation;
             found->remote_num = b.client_session;
+            found->remote_tag = b.client_tag;
             found->credits_max = b.credits;
             c->server_credits_used += b.credits;
         }
         found->alive_at = now;
-        server_sm_reply(c, addr, addr_len, MR_SM_CONNECT_RESP, MR_OK, &b, found->local_num, now);
+        server_sm_reply(c, addr, addr_len, MR_SM_CONNECT_RESP, MR_OK, &b, found, now);
         return;
     }
     case MR_SM_DISCONNECT_REQ:
@@ -1164,11 +1198,10 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
         }
         if (h->req_type == MR_SM_DISCONNECT_REQ) {
             if (s != NULL) session_release(c, s);
-            server_sm_reply(c, addr, addr_len, MR_SM_DISCONNECT_RESP, MR_OK, &b,
-                            b.server_session, now);
+            server_sm_reply(c, addr, addr_len, MR_SM_DISCONNECT_RESP, MR_OK, &b, NULL, now);
         } else {
             server_sm_reply(c, addr, addr_len, MR_SM_PING_RESP,
-                            s ? MR_OK : MR_ERR_INVALID_SESSION, &b, b.server_session, now);
+                            s ? MR_OK : MR_ERR_INVALID_SESSION, &b, s, now);
         }
         return;
     }
@@ -1196,6 +1229,7 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
             }
             s->state = MR_SS_CONNECTED;
             s->remote_num = b.server_session;
+            s->remote_tag = b.server_tag;
             s->peer_incarnation = b.server_incarnation;
             s->alive_at = now;
             event_push(c, MR_EV_SESSION, 0, s->local_num, MR_OK, 0, NULL, 0);
@@ -1218,7 +1252,8 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
         for (uint32_t i = 0; i < c->s.sessions_max; i++) {
             mr_session *s = &c->sessions[i];
             if (s->role != MR_ROLE_CLIENT || s->state != MR_SS_CONNECTED ||
-                s->remote_num != b.server_session || !addr_eq(s->addr, s->addr_len, addr, addr_len))
+                s->remote_num != b.server_session || s->remote_tag != b.server_tag ||
+                !addr_eq(s->addr, s->addr_len, addr, addr_len))
                 continue;
             if (b.server_incarnation == s->peer_incarnation)
                 client_session_fail(c, s, MR_ERR_INVALID_SESSION);
@@ -1272,13 +1307,15 @@ void mr_core_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const uint8_
     mr_session *s = h.dest_session < c->s.sessions_max ? &c->sessions[h.dest_session] : NULL;
     int from_client = h.pkt_type == MR_PKT_REQ || h.pkt_type == MR_PKT_RFR;
     uint8_t want_role = from_client ? MR_ROLE_SERVER : MR_ROLE_CLIENT;
-    if (s == NULL || s->role != want_role || !addr_eq(s->addr, s->addr_len, addr, addr_len)) {
+    if (s == NULL || s->role != want_role || h.session_tag != s->local_tag ||
+        !addr_eq(s->addr, s->addr_len, addr, addr_len)) {
         c->stats.rx_unknown_session++;
         if (from_client) {
             /* Tell the client we do not know this session (we may have restarted). */
             mr_sm_body b = {0};
             b.server_incarnation = c->incarnation;
             b.server_session = h.dest_session;
+            b.server_tag = h.session_tag; /* names the client session the packet came from */
             sm_send(c, addr, addr_len, MR_SM_RESET, MR_ERR_INVALID_SESSION, &b, now);
         }
         return;

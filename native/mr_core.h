@@ -27,7 +27,10 @@
  *    that cache without running the handler again: at-most-once execution per request.
  *  - Session management (connect, disconnect, ping, reset) runs on a slow path with its own
  *    packet format (same 16-byte header, another magic) and unique tokens, so duplicated or
- *    reordered handshake packets are harmless.
+ *    reordered handshake packets are harmless. Each end of a session draws a random 16-bit
+ *    tag that every data packet to it carries (the header's 16 bits beyond eRPC's fields), so
+ *    a delayed packet of an earlier session that had the same number is not taken for one of
+ *    the current session; session numbers are also handed out round-robin.
  *  - Every field read from the network is bounds-checked; a packet that does not make sense
  *    is dropped and counted, never trusted.
  */
@@ -45,7 +48,7 @@
 #define MR_PKT_NUM_LIMIT (1u << 14)         /* 14-bit pkt_num field */
 #define MR_REQ_NUM_MASK ((1ull << 44) - 1ull)
 #define MR_SESSION_NUM_INVALID 0xFFFFu
-#define MR_SM_BODY_BYTES 32u
+#define MR_SM_BODY_BYTES 40u
 #define MR_FAULT_RULES_MAX 16u
 
 /* pkt_type values, as in eRPC's PktType. */
@@ -184,7 +187,7 @@ typedef struct mr_session_info {
     int role;  /* 1 client, 2 server, 0 free */
     int state; /* see MR_SS_* in mr_core.c; exported as a string by the binding */
     uint32_t credits, credits_max, in_flight_max, busy_slots, backlog;
-    uint16_t remote_session;
+    uint16_t remote_session, local_tag, remote_tag;
 } mr_session_info;
 int mr_core_session_info(const mr_core *c, int session, mr_session_info *out);
 
@@ -195,8 +198,8 @@ int mr_core_set_fault(mr_core *c, const uint8_t *addr, uint32_t addr_len, double
                       uint64_t reorder_delay_ns, int partitioned);
 void mr_core_clear_faults(mr_core *c);
 
-/* Header codec, exposed for tests and the fuzz target. Returns 0 if `pkt` has a well-formed
- * header (length, magic, reserved bits), else -1. */
+/* Header codec, exposed for tests and the fuzz target. Returns 0 if `pkt` is long enough
+ * and has a known magic, else -1. */
 typedef struct mr_hdr {
     uint8_t req_type;
     uint32_t msg_size;
@@ -204,7 +207,8 @@ typedef struct mr_hdr {
     uint8_t pkt_type;
     uint16_t pkt_num;
     uint64_t req_num;
-    uint32_t magic;
+    uint8_t magic;
+    uint16_t session_tag; /* the receiving session's tag; 0 in session-management packets */
 } mr_hdr;
 int mr_hdr_decode(const uint8_t *pkt, size_t len, mr_hdr *h);
 void mr_hdr_encode(uint8_t *out, const mr_hdr *h);

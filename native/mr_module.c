@@ -382,10 +382,11 @@ static PyObject *Core_session_info(CoreObject *self, PyObject *arg) {
     }
     static const char *roles[] = {"free", "client", "server"};
     static const char *states[] = {"free", "connecting", "connected", "disconnecting", "failed"};
-    return Py_BuildValue("{sssssIsIsIsIsIsi}", "role", roles[i.role % 3], "state",
+    return Py_BuildValue("{sssssIsIsIsIsIsisisi}", "role", roles[i.role % 3], "state",
                          states[i.state % 5], "credits", i.credits, "credits_max", i.credits_max,
                          "in_flight_max", i.in_flight_max, "busy_slots", i.busy_slots, "backlog",
-                         i.backlog, "remote_session", (int)i.remote_session);
+                         i.backlog, "remote_session", (int)i.remote_session, "local_tag",
+                         (int)i.local_tag, "remote_tag", (int)i.remote_tag);
 }
 
 static PyObject *Core_set_fault(CoreObject *self, PyObject *args, PyObject *kwds) {
@@ -491,25 +492,26 @@ static PyObject *mod_decode_header(PyObject *Py_UNUSED(m), PyObject *arg) {
     int r = mr_hdr_decode(b.buf, (size_t)b.len, &h);
     PyBuffer_Release(&b);
     if (r != 0) Py_RETURN_NONE;
-    return Py_BuildValue("(iIiiiKI)", (int)h.req_type, h.msg_size, (int)h.dest_session,
-                         (int)h.pkt_type, (int)h.pkt_num, (unsigned long long)h.req_num, h.magic);
+    return Py_BuildValue("(iIiiiKii)", (int)h.req_type, h.msg_size, (int)h.dest_session,
+                         (int)h.pkt_type, (int)h.pkt_num, (unsigned long long)h.req_num,
+                         (int)h.magic, (int)h.session_tag);
 }
 
 static PyObject *mod_encode_header(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"req_type", "msg_size", "dest_session", "pkt_type",
-                             "pkt_num",  "req_num",  "magic",        NULL};
-    unsigned int req_type, msg_size, dest, pkt_type, pkt_num, magic = MR_MAGIC_DATA;
+    static char *kwlist[] = {"req_type", "msg_size", "dest_session", "pkt_type", "pkt_num",
+                             "req_num",  "magic",    "session_tag",  NULL};
+    unsigned int req_type, msg_size, dest, pkt_type, pkt_num, magic = MR_MAGIC_DATA, tag = 0;
     unsigned long long req_num;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "IIIIIK|I", kwlist, &req_type, &msg_size, &dest,
-                                     &pkt_type, &pkt_num, &req_num, &magic))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "IIIIIK|II", kwlist, &req_type, &msg_size, &dest,
+                                     &pkt_type, &pkt_num, &req_num, &magic, &tag))
         return NULL;
     if (req_type > 255 || msg_size > MR_MSG_SIZE_LIMIT || dest > 0xFFFF || pkt_type > 3 ||
-        pkt_num >= MR_PKT_NUM_LIMIT || req_num > MR_REQ_NUM_MASK || magic > 0xFFFFF) {
+        pkt_num >= MR_PKT_NUM_LIMIT || req_num > MR_REQ_NUM_MASK || magic > 0xF || tag > 0xFFFF) {
         PyErr_SetString(PyExc_ValueError, "header field out of range");
         return NULL;
     }
     mr_hdr h = {(uint8_t)req_type, msg_size, (uint16_t)dest, (uint8_t)pkt_type,
-                (uint16_t)pkt_num, req_num, magic};
+                (uint16_t)pkt_num, req_num, (uint8_t)magic, (uint16_t)tag};
     uint8_t out[MR_HDR_BYTES];
     mr_hdr_encode(out, &h);
     return PyBytes_FromStringAndSize((const char *)out, MR_HDR_BYTES);

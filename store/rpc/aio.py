@@ -94,14 +94,14 @@ class Rpc(RpcBase):
             if not waiter.done():
                 waiter.set_result(payload)
         else:
-            waiter(payload, None)
+            self._run_continuation(waiter, payload, None)
 
     def _reject(self, waiter: Any, error: RpcError) -> None:
         if isinstance(waiter, asyncio.Future):
             if not waiter.done():
                 waiter.set_exception(error)
         else:
-            waiter(None, error)
+            self._run_continuation(waiter, None, error)
 
     def _spawn(self, handle: ReqHandle, awaitable: Awaitable[Payload]) -> None:
         async def run() -> Payload:

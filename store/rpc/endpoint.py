@@ -203,10 +203,20 @@ class RpcBase:
         raise NotImplementedError
 
     def _resolve(self, waiter: Any, payload: bytes) -> None:
-        waiter(payload, None)
+        self._run_continuation(waiter, payload, None)
 
     def _reject(self, waiter: Any, error: RpcError) -> None:
-        waiter(None, error)
+        self._run_continuation(waiter, None, error)
+
+    def _run_continuation(
+        self, cont: Continuation, payload: bytes | None, error: RpcError | None
+    ) -> None:
+        # A failing continuation must not lose the other events of the batch being
+        # dispatched (their requests would never complete): log it and carry on.
+        try:
+            cont(payload, error)
+        except Exception:
+            log.exception("continuation %r raised", cont)
 
     def _spawn(self, handle: ReqHandle, awaitable: Awaitable[Payload]) -> None:
         raise TypeError("this endpoint cannot run awaitable handlers")
@@ -373,7 +383,10 @@ class RpcBase:
     def _notify_connect(self, session: Session, error: RpcError | None) -> None:
         callbacks, session._on_connect = session._on_connect, []
         for callback in callbacks:
-            callback(error)
+            try:
+                callback(error)
+            except Exception:
+                log.exception("session callback %r raised", callback)
 
     def _drain_events(self, now: int) -> None:
         events = self._core.take_events()

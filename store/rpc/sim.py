@@ -298,13 +298,13 @@ class SimRpc(RpcBase):
         if isinstance(waiter, Pending):
             waiter._set(payload, None)
         else:
-            waiter(payload, None)
+            self._run_continuation(waiter, payload, None)
 
     def _reject(self, waiter: Any, error: RpcError) -> None:
         if isinstance(waiter, Pending):
             waiter._set(None, error)
         else:
-            waiter(None, error)
+            self._run_continuation(waiter, None, error)
 
     def _request_flush(self) -> None:
         if not self._in_dispatch and not self._closed:

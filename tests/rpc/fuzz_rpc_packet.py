@@ -59,7 +59,7 @@ def fresh_pair() -> tuple[Core, Core]:
 
 
 @atheris.instrument_func
-def packet(fdp: atheris.FuzzedDataProvider) -> bytes:
+def packet(fdp: atheris.FuzzedDataProvider, tags: list[int]) -> bytes:
     if fdp.ConsumeBool():
         return fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300))
     magic = MAGIC_SM if fdp.ConsumeIntInRange(0, 3) == 0 else MAGIC_DATA
@@ -70,7 +70,9 @@ def packet(fdp: atheris.FuzzedDataProvider) -> bytes:
         | fdp.ConsumeIntInRange(0, 3) << 48
         | fdp.ConsumeIntInRange(0, 12) << 50
     )
-    w1 = fdp.ConsumeIntInRange(0, 64) | magic << 44
+    # Mostly the tag of a live session, so that packets get past the session check.
+    tag = tags[fdp.ConsumeIntInRange(0, len(tags) - 1)] if fdp.ConsumeIntInRange(0, 7) else 0
+    w1 = fdp.ConsumeIntInRange(0, 64) | magic << 44 | tag << 48
     body_len = SM_BODY_BYTES if magic == MAGIC_SM and fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 260)
     return struct.pack("<QQ", w0, w1) + fdp.ConsumeBytes(body_len)
 
@@ -79,11 +81,12 @@ def packet(fdp: atheris.FuzzedDataProvider) -> bytes:
 def test_one_input(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     server, client = fresh_pair()
+    tags = [server.session_info(0)["local_tag"], client.session_info(0)["local_tag"]]
     now = 1
     for _ in range(fdp.ConsumeIntInRange(1, 8)):
         target = server if fdp.ConsumeBool() else client
         source = (CLIENT if target is server else SERVER) if fdp.ConsumeIntInRange(0, 4) else b"x"
-        target.feed(source, packet(fdp), now)
+        target.feed(source, packet(fdp, tags), now)
         now += fdp.ConsumeIntInRange(0, 5000)
         target.tick(now)
         pump(server, client, now, fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 600)))

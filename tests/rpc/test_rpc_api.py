@@ -145,7 +145,9 @@ def test_late_response_never_reaches_a_new_session_with_the_same_number() -> Non
     nexus = Nexus()
     held: list[ReqHandle] = []
     nexus.register_req_func(1, lambda handle, _p: held.append(handle))
-    net, server, client = sim_pair(seed=5, server_nexus=nexus)
+    # One session slot, so the number must be reused (numbers are otherwise round-robin).
+    net, server, client = sim_pair(seed=5, server_nexus=nexus,
+                                   settings=RpcSettings(sessions_max=1))
     old = client.create_session("server")
     first = client.enqueue_request(old, 1, b"first")
     assert net.run_until(lambda: len(held) == 1)
@@ -175,3 +177,42 @@ def test_reassembly_memory_is_bounded() -> None:
     assert net.run_until(lambda: all(p.done() for p in pendings))
     assert [p.result() for p in pendings] == [bytes([i]) * 80_000 for i in range(3)]
     assert server.stats()["rx_no_buffer"] > 0
+
+
+def test_delayed_packet_of_an_earlier_session_is_not_taken_for_the_current_one() -> None:
+    """The session number is reused (one slot) by the same client address, and a request
+    packet of the earlier session arrives late: the session tag tells it apart, so the old
+    request does not run twice and cannot stand in for the new session's request number 8."""
+    runs: list[bytes] = []
+    nexus = Nexus()
+
+    def handler(_handle: ReqHandle, payload: bytes) -> bytes:
+        runs.append(payload)
+        return payload[::-1]
+
+    nexus.register_req_func(1, handler)
+    net, _server, client = sim_pair(seed=7, server_nexus=nexus,
+                                    settings=RpcSettings(sessions_max=1))
+    sent: list[bytes] = []
+    send = net.send
+
+    def recording_send(src: str, dst: str, datagram: bytes) -> None:
+        if src == "client":
+            sent.append(datagram)
+        send(src, dst, datagram)
+
+    net.send = recording_send  # type: ignore[method-assign]
+    old = client.create_session("server")
+    first = client.enqueue_request(old, 1, b"first")
+    assert net.run_until(first.done)
+    ghost = sent[-1]  # the request packet of "first"
+    client.destroy_session(old)
+    net.run_for(10**7)
+    new = client.create_session("server")
+    assert net.run_until(lambda: new.connected)
+    send("client", "server", ghost)  # arrives now, long after its session ended
+    net.run_for(10**6)
+    second = client.enqueue_request(new, 1, b"second")
+    assert net.run_until(second.done)
+    assert second.result() == b"dnoces"
+    assert runs == [b"first", b"second"]

@@ -35,37 +35,42 @@ def test_each_kind_of_bad_packet_is_counted() -> None:
     for n in range(16):
         server.feed(CLIENT, bytes(n), 2)  # truncated: shorter than a header
     server.feed(CLIENT, bytes(mtu + 1), 2)  # oversized
-    bad_magic = bytearray(encode_header(1, 0, 0, 0, 0, 1))
-    bad_magic[15] ^= 0xF0
+    tag = server.session_info(0)["local_tag"]
+    bad_magic = bytearray(encode_header(1, 0, 0, 0, 0, 1, session_tag=tag))
+    bad_magic[13] ^= 0xF0  # the magic nibble: 11 becomes 4
     server.feed(CLIENT, bytes(bad_magic), 2)
     # Well-formed header, inconsistent body: msg_size says 10, the packet carries 3.
-    server.feed(CLIENT, encode_header(1, 10, 0, 0, 0, 9) + b"abc", 2)
+    server.feed(CLIENT, encode_header(1, 10, 0, 0, 0, 9, session_tag=tag) + b"abc", 2)
     # A session management packet of the wrong length.
     server.feed(CLIENT, encode_header(1, 0, 0xFFFF, 0, 0, 0, MAGIC_SM) + b"x", 2)
     # A request for a session that does not exist.
     server.feed(CLIENT, encode_header(1, 0, 77, 0, 0, 9), 2)
     # From an address that does not own session 0.
-    server.feed(b"intruder", encode_header(1, 0, 0, 0, 0, 9), 2)
+    server.feed(b"intruder", encode_header(1, 0, 0, 0, 0, 9, session_tag=tag), 2)
+    # Session 0 from the right address, but with another session's tag (a delayed packet of
+    # an earlier session with the same number).
+    server.feed(CLIENT, encode_header(1, 0, 0, 0, 0, 9, session_tag=tag ^ 1), 2)
     after = server.stats()
     assert after["rx_short"] - before["rx_short"] == 16
     assert after["rx_oversized"] - before["rx_oversized"] == 1
     assert after["rx_bad_magic"] - before["rx_bad_magic"] == 1
     assert after["rx_malformed"] - before["rx_malformed"] == 2
-    assert after["rx_unknown_session"] - before["rx_unknown_session"] == 2
+    assert after["rx_unknown_session"] - before["rx_unknown_session"] == 3
     assert server.take_events() == []  # no handler ran
 
 
 def test_random_packets_never_crash_and_service_continues() -> None:
     rng = random.Random(2024)
     server, client = _connected_server()
-    valid = encode_header(1, 5, 0, 0, 0, 8)
+    valid = encode_header(1, 5, 0, 0, 0, 8, session_tag=server.session_info(0)["local_tag"])
     for i in range(20_000):
         kind = i % 4
         if kind == 0:
             pkt = rng.randbytes(rng.randrange(0, 2000))
         elif kind == 1:  # random header fields with the right magic
             w0 = rng.getrandbits(64)
-            w1 = rng.getrandbits(44) | (rng.choice([MAGIC_DATA, MAGIC_SM]) << 44)
+            w1 = (rng.getrandbits(44) | (rng.choice([MAGIC_DATA, MAGIC_SM]) << 44)
+                  | rng.getrandbits(16) << 48)
             pkt = struct.pack("<QQ", w0, w1) + rng.randbytes(rng.randrange(0, 64))
         elif kind == 2:  # bit flips of a valid packet
             b = bytearray(valid + b"hello")
@@ -108,7 +113,10 @@ def test_sim_endpoint_survives_garbage_datagrams() -> None:
     pending = client.enqueue_request(session, 1, b"ping")
     assert net.run_until(pending.done)
     assert pending.result() == b"ping"
-    assert server.stats()["rx_bad_magic"] + server.stats()["rx_short"] > 1900
+    stats = server.stats()
+    dropped = sum(stats[k] for k in ("rx_short", "rx_bad_magic", "rx_malformed",
+                                      "rx_unknown_session", "rx_stale", "rx_out_of_order"))
+    assert dropped >= 2000
 
 
 def test_udp_server_survives_garbage() -> None:
