@@ -90,6 +90,10 @@ class ShardServer:
     def _on_submit(self, handle: ReqHandle, payload: bytes) -> bytes | None:
         self.counters["submits"] += 1
         try:
+            if len(payload) > self.config.settings.request_bytes_max:
+                raise InvalidRequest(
+                    f"request larger than {self.config.settings.request_bytes_max} bytes"
+                )
             message = codec.decode(payload)
             if not isinstance(message, Submit):
                 raise InvalidRequest("a SUBMIT request carries a Submit message")
