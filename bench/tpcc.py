@@ -4,10 +4,11 @@
 
 ``--local`` runs the real shard-leader code in this process on a fault-free simulated
 network (``store.sim.local.LocalCluster``): latencies are the simulated cluster's, and
-throughput is what this one Python process achieves. ``--connect FILE`` will run against
-a cluster of server processes through the client SDK (issue 4); ``connect_cluster`` below
-is the one function that joins the two. Without either option the command will start a
-cluster itself once the cluster launcher exists.
+throughput is what this one Python process achieves. Otherwise the command starts a
+one-region cluster of server processes on loopback (``--base-port``) and drives it through
+the client SDK, or uses a running one named by ``--connect FILE`` (its cluster file must
+load ``bench.tpcc.procedures:register`` and use the prefix partitioner). The functions
+between the "REAL CLUSTER" markers below are all that ties the benchmark to it.
 
 The report gives throughput (transactions/s, New-Orders per minute), per-type p50/p99
 latency (certified and committed), the conflict abort rate, the rollback rate
@@ -104,53 +105,101 @@ class ClusterSession(Session):
         self.shard_count = shard_count
 
     async def load(self, rows_by_shard: list[dict[str, Any]], progress: bool) -> None:
-        await loader.load_through_transactions(self.client.run, rows_by_shard, progress=progress)
+        await loader.load_through_transactions(self.target.run, rows_by_shard, progress=progress)
 
     async def rows(self, warehouses: Sequence[int]) -> dict[str, Any]:
         return await consistency.snapshot(self.target.run, warehouses, self.shard_count)
 
     async def close(self) -> None:
-        close = getattr(self.client, "close", None)
-        if close is not None:
-            await close()
+        await self.client.close()
 
 
 class _SdkTarget:
-    """The driver's ``Target`` over the SDK's ``Client`` (its announced interface)."""
+    """The driver's ``Target`` over the SDK's ``Client``.
+
+    ``Client.run_detailed`` retries conflicts itself; its ``attempts`` tell how many there
+    were, so the driver still counts them as aborts.
+    """
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
     async def run_detailed(self, name: str, *args: Any, shard: int = 0) -> Completed:
-        outcome = await self.client.run_detailed(name, *args)
-        return Completed(outcome.result, outcome.certified_latency, outcome.committed_latency)
+        outcome = await self.client.run_detailed(name, *args, route=shard)
+        return Completed(
+            outcome.result, outcome.certified_s, outcome.committed_s, outcome.attempts - 1
+        )
 
     async def run(self, name: str, *args: Any, shard: int = 0) -> Any:
-        return await self.client.run(name, *args)
+        return await self.client.run(name, *args, route=shard)
 
 
-# ==== THE REAL CLUSTER IS CONNECTED HERE (issue 4) ==========================================
-async def connect_cluster(cluster_file: Path | None, shard_count: int) -> Session:
-    """Connects to (or, without a file, starts) a cluster of server processes.
+# ==== THE REAL CLUSTER IS CONNECTED HERE =====================================================
+# The two functions below are all that ties the benchmark to server processes and the SDK:
+# ``prepare_cluster`` finds (--connect) or starts one, ``connect_cluster`` opens a client.
+PROCEDURE_MODULE = "bench.tpcc.procedures:register"
+DEFAULT_BASE_PORT = 7500
 
-    The cluster's TOML must name ``bench.tpcc.procedures`` as a procedure module (its
-    registration function is ``register``). With the SDK of issue 4 this is all that
-    should change: ``Client.connect(cluster_file)``, whose ``run``/``run_detailed`` raise
-    the typed errors of ``store.core.errors`` and report certified/committed latency.
-    Starting a cluster (no ``--connect``) is the launcher's job and is not wired yet.
+
+def cluster_file(directory: Path, shard_count: int, base_port: int) -> Path:
+    """A one-region cluster file with the TPC-C procedures and warehouse placement."""
+    lines = [
+        "# Written by bench/tpcc.py: one region on loopback, warehouse w on shard w mod S.",
+        "[cluster]",
+        'name = "tpcc"',
+        f"run_dir = {json.dumps(str(directory / 'cluster'))}",
+        f"python_path = [{json.dumps(str(REPO))}]",
+        f"procedures = [{json.dumps(PROCEDURE_MODULE)}]",
+        'partitioner = "prefix"',
+        "[settings]",
+        "peer_retry_ns = 200_000_000",
+        "peer_attempts_max = 15",
+        "[[regions]]",
+        'name = "us"',
+    ]
+    for shard in range(shard_count):
+        lines += ["[[shards]]", f'leader = "127.0.0.1:{base_port + shard}"']
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tpcc-cluster.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
+    """(cluster config, the started processes or None): ``--connect FILE`` or a new cluster.
+
+    Runs before the event loop: starting processes and waiting for them is synchronous.
     """
-    if cluster_file is None:
-        raise SystemExit(
-            "tpcc: starting a cluster needs the launcher of issue 4; use --local, or "
-            "--connect CLUSTER_FILE for a running cluster"
-        )
+    from store import config as config_module
+
+    if args.connect is not None:
+        config = config_module.load(args.connect)
+        if config.partitioner_kind != "prefix" or PROCEDURE_MODULE not in config.procedures:
+            raise SystemExit(
+                f"tpcc: {args.connect} needs partitioner = \"prefix\" and procedures including"
+                f" \"{PROCEDURE_MODULE}\""
+            )
+        return config, None
+    from store.node.up import LocalCluster as ProcessCluster
+
+    config = config_module.load(cluster_file(run_dir, args.shards, args.base_port))
+    processes = ProcessCluster(config)
+    processes.start()
     try:
-        from store.client import Client  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise SystemExit(f"tpcc: the client SDK is not available yet ({exc}); use --local") from None
-    client = await Client.connect(cluster_file)
-    return ClusterSession(client, shard_count)
-# ============================================================================================
+        processes.wait_ready()
+    except BaseException:
+        processes.stop()
+        raise
+    _log(f"tpcc: started {len(config.shards)} shard servers (logs in {config.run_dir})")
+    return config, processes
+
+
+async def connect_cluster(config: Any, terminals: int) -> Session:
+    from store.client import Client
+
+    client = await Client.connect(config, in_flight_max=max(256, 2 * terminals))
+    return ClusterSession(client, len(config.shards))
+# =============================================================================================
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -158,6 +207,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="run on an in-process simulated cluster")
     where.add_argument("--connect", type=Path, metavar="FILE", help="a running cluster's file")
+    parser.add_argument(
+        "--base-port", type=int, default=DEFAULT_BASE_PORT, help="first port of a started cluster"
+    )
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--warehouses-per-shard", type=int, default=2)
     parser.add_argument(
@@ -193,17 +245,18 @@ def _live_line(second: int, stats: Stats) -> None:
     _log(f"tpcc [{second:4d}s] {completed} transactions, {new_orders} New-Orders, {aborts} aborts")
 
 
-async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    shard_count = args.shards
+async def benchmark(
+    args: argparse.Namespace, run_dir: Path, cluster_config: Any | None
+) -> dict[str, Any]:
+    shard_count = args.shards if cluster_config is None else len(cluster_config.shards)
     warehouses = list(range(1, shard_count * args.warehouses_per_shard + 1))
     terminals = args.clients or DEFAULT_CLIENTS_PER_WAREHOUSE * len(warehouses)
     scale = Scale.shrunk(args.scale_factor)
-    run_dir = args.run_dir or REPO / "runs" / time.strftime("tpcc-%Y%m%d-%H%M%S")
     progress = not args.no_progress
-    if args.local:
+    if cluster_config is None:
         session: Session = LocalSession(shard_count, args.seed)
     else:
-        session = await connect_cluster(args.connect, shard_count)
+        session = await connect_cluster(cluster_config, terminals)
     try:
         started = time.monotonic()
         rows_by_shard = loader.initial_rows(
@@ -289,7 +342,22 @@ def human_report(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    report = asyncio.run(benchmark(args))
+    run_dir = args.run_dir or REPO / "runs" / time.strftime("tpcc-%Y%m%d-%H%M%S")
+    cluster_config, processes = (None, None) if args.local else prepare_cluster(args, run_dir)
+    try:
+        if processes is None and cluster_config is None:
+            loop = asyncio.new_event_loop()
+        else:
+            from store.rpc.aio import new_event_loop
+
+            loop = new_event_loop()
+        try:
+            report = loop.run_until_complete(benchmark(args, run_dir, cluster_config))
+        finally:
+            loop.close()
+    finally:
+        if processes is not None:
+            processes.stop()
     if args.json:
         print(json.dumps(report))
     else:

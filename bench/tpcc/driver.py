@@ -52,11 +52,16 @@ LATENCIES_KEPT_MAX = 200_000
 
 @dataclass(frozen=True, slots=True)
 class Completed:
-    """A committed transaction's result; latencies in seconds (None when not measured)."""
+    """A committed transaction's result; latencies in seconds (None when not measured).
+
+    ``conflict_retries`` counts conflict aborts a client retried by itself before this
+    success (the SDK's ``run`` does), so that the driver still counts them.
+    """
 
     result: Any
     certified_latency_s: float | None = None
     committed_latency_s: float | None = None
+    conflict_retries: int = 0
 
 
 class Target(Protocol):
@@ -391,6 +396,7 @@ class Driver:
 
     def _record(self, request: Request, stats: TypeStats, completed: Completed, wall_s: float) -> None:
         stats.completed += 1
+        stats.aborts += completed.conflict_retries
         stats.cross_shard += request.cross_shard
         self.stats.per_second[int(self.clock() - self._start)] += 1
         if completed.result is None and request.rollback:

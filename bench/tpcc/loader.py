@@ -257,28 +257,33 @@ async def load_through_transactions(
 ) -> int:
     """Writes the initial rows through ``tpcc_load`` transactions; returns the rows written.
 
-    ``run(name, *args)`` is a client's run coroutine (the SDK's ``Client.run``). Batches
-    are independent (they write disjoint keys), so ``concurrency`` of them run at once.
+    ``run(name, *args, shard=s)`` runs a procedure with shard s's leader as coordinator, so
+    each batch is written where it lives. Batches are independent (they write disjoint
+    keys), so ``concurrency`` of them run at once.
     """
-    batches = [batch for rows in rows_by_shard for batch in load_batches(rows)]
+    batches = [
+        (shard, batch)
+        for shard, rows in enumerate(rows_by_shard)
+        for batch in load_batches(rows)
+    ]
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(batch) for batch in batches), desc="tpcc load", unit=" row")
+        bar = tqdm(total=sum(len(batch) for _, batch in batches), desc="tpcc load", unit=" row")
     semaphore = asyncio.Semaphore(concurrency)
     written = 0
 
-    async def write(batch: list[list[Any]]) -> None:
+    async def write(shard: int, batch: list[list[Any]]) -> None:
         nonlocal written
         async with semaphore:
-            count = await run("tpcc_load", batch)
+            count = await run("tpcc_load", batch, shard=shard)
         written += count
         if bar is not None:
             bar.update(count)
 
     try:
-        await asyncio.gather(*(write(batch) for batch in batches))
+        await asyncio.gather(*(write(shard, batch) for shard, batch in batches))
     finally:
         if bar is not None:
             bar.close()
