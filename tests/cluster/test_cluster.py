@@ -173,3 +173,25 @@ def test_random_payloads_to_every_request_type_crash_no_server(cluster: LocalClu
     run(scenario())
     for child in cluster.children:
         assert child.poll() is None, "a server exited"
+
+
+def test_resuming_after_outcome_unknown_never_runs_twice(cluster: LocalCluster) -> None:
+    async def scenario() -> None:
+        client = await Client.connect(cluster.config, timeout_s=1.0, attempt_timeout_s=0.3)
+        key = _key_on(client, 0)
+        await client.put(key, 0)
+        pid = cluster.pids()[0]
+        os.kill(pid, signal.SIGSTOP)  # the leader hangs: the request may or may not run
+        try:
+            with pytest.raises(OutcomeUnknown) as caught:
+                await client.run_ops([["increment", key, 1]])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        pending = caught.value.txn  # type: ignore[attr-defined]
+        for _ in range(3):  # asking again, any number of times, runs it at most once
+            result = await client.resume(pending)
+            assert result.result == [1]
+        assert await client.get(key) == 1
+        await client.close()
+
+    run(scenario())
