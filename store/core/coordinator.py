@@ -155,7 +155,11 @@ class Coordinator:
         # Requests to other shards awaiting an answer: (txn_id, shard) -> [message, attempts].
         self._pending: dict[tuple[int, int], list[Any]] = {}
         self._retry_heap: list[tuple[int, int, int]] = []
+        # Certified transactions not yet known durable, indexed by the first shard whose
+        # watermark they wait for: a heap of (counter needed, txn_id) per shard, so a moving
+        # watermark only looks at the transactions it can release.
         self._awaiting_commit: dict[int, _Txn] = {}
+        self._blocked_on: dict[int, list[tuple[int, int]]] = {}
         self.counters = {"certified": 0, "committed": 0, "aborted": 0, "solo": 0}
 
     # ---- client side ---------------------------------------------------------------------
@@ -504,19 +508,35 @@ class Coordinator:
         if txn.want_certified:
             self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
         self._awaiting_commit[txn.txn_id] = txn
-        self.check_commits()
+        self._wait_or_commit(txn)
 
-    def check_commits(self) -> None:
-        """Tells clients COMMITTED for every certified transaction now under the watermark."""
+    def _wait_or_commit(self, txn: _Txn) -> None:
+        watermark = self.vw.entries
+        for shard, counter in txn.vc.items():
+            if counter > watermark.get(shard, 0):
+                heapq.heappush(self._blocked_on.setdefault(shard, []), (counter, txn.txn_id))
+                return
+        del self._awaiting_commit[txn.txn_id]
+        self.counters["committed"] += 1
+        self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
+        self._forget_if_done(txn)
+
+    def check_commits(self, shard: int | None = None) -> None:
+        """Tells clients COMMITTED for every certified transaction now under the watermark.
+
+        ``shard``: only that shard's watermark moved (None: any may have)."""
         if not self._awaiting_commit:
             return
         watermark = self.vw.entries
-        done = [t for t in self._awaiting_commit.values() if t.vc.le_watermark(watermark)]
-        for txn in done:
-            del self._awaiting_commit[txn.txn_id]
-            self.counters["committed"] += 1
-            self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
-            self._forget_if_done(txn)
+        shards = list(self._blocked_on) if shard is None else [shard]
+        for blocked_shard in shards:
+            heap = self._blocked_on.get(blocked_shard)
+            mark = watermark.get(blocked_shard, 0)
+            while heap and heap[0][0] <= mark:
+                _, txn_id = heapq.heappop(heap)
+                txn = self._awaiting_commit.get(txn_id)
+                if txn is not None:
+                    self._wait_or_commit(txn)
 
     def _aborted(self, txn: _Txn, detail: str) -> None:
         self.counters["aborted"] += 1

@@ -158,11 +158,11 @@ class ShardLeader:
 
     def _refresh_watermark(self) -> None:
         if self.vw.learn(self.shard, self.watermark.watermark):
-            self.coordinator.check_commits()
+            self.coordinator.check_commits(self.shard)
 
     def _learn(self, shard: int, watermark: int) -> None:
         if self.vw.learn(shard, watermark):
-            self.coordinator.check_commits()
+            self.coordinator.check_commits(shard)
 
     # ---- handlers ------------------------------------------------------------------------
 

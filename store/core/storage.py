@@ -2,8 +2,8 @@
 
 Theory of operation:
 
-* Data lives in tables of ordered keys (a ``SortedDict`` per table). Each key has a version
-  chain, oldest first. A version holds a value or a tombstone, the vector clock and epoch of
+* Data lives in tables of ordered keys (a ``SortedSet`` of keys per table, for scans, and
+  one dict from key to chain for point access). Each key has a version chain, oldest first. A version holds a value or a tombstone, the vector clock and epoch of
   the transaction that wrote it, and a state: certified (visible, possibly speculative) or
   rolled back (invisible, kept until garbage collection).
 * Every version has a store-unique id (``vid``); a read records ``(key, vid)``, with vid 0
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sortedcontainers import SortedDict, SortedSet
+from sortedcontainers import SortedSet
 
 from store.core.partition import table_of
 from store.core.vclock import VectorClock
@@ -54,7 +54,8 @@ class VersionedStore:
     """Tables of ordered keys with version chains and key locks. Pure, single-threaded."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, SortedDict] = {}
+        self._chains: dict[str, list[Version]] = {}
+        self._tables: dict[str, SortedSet] = {}
         self._locks: dict[str, int] = {}
         self._locked_by_table: dict[str, SortedSet] = {}
         self._next_vid = 1
@@ -63,17 +64,16 @@ class VersionedStore:
     # ---- reading -------------------------------------------------------------------------
 
     def _chain(self, key: str) -> list[Version] | None:
-        table = self._tables.get(table_of(key))
-        if table is None:
-            return None
-        chain: list[Version] | None = table.get(key)
-        return chain
+        return self._chains.get(key)
 
     def latest(self, key: str) -> Version | None:
         """The newest certified version (a tombstone counts), or None."""
-        chain = self._chain(key)
+        chain = self._chains.get(key)
         if not chain:
             return None
+        version = chain[-1]
+        if version.state == CERTIFIED:
+            return version
         for version in reversed(chain):
             if version.state == CERTIFIED:
                 return version
@@ -107,7 +107,7 @@ class VersionedStore:
         return [(key, version.vid) for key, version in self.scan(lo, hi, limit)]
 
     def key_count(self) -> int:
-        return sum(len(table) for table in self._tables.values())
+        return len(self._chains)
 
     def keys(self) -> list[str]:
         return [key for name in sorted(self._tables) for key in self._tables[name]]
@@ -166,13 +166,14 @@ class VersionedStore:
     ) -> Version:
         version = Version(self._next_vid, value, deleted, vc, epoch, txn_id)
         self._next_vid += 1
-        table_name = table_of(key)
-        table = self._tables.get(table_name)
-        if table is None:
-            table = self._tables[table_name] = SortedDict()
-        chain = table.get(key)
+        chain = self._chains.get(key)
         if chain is None:
-            table[key] = [version]
+            self._chains[key] = [version]
+            table_name = table_of(key)
+            table = self._tables.get(table_name)
+            if table is None:
+                table = self._tables[table_name] = SortedSet()
+            table.add(key)
         else:
             chain.append(version)
         self._dirty.add(key)
@@ -210,7 +211,8 @@ class VersionedStore:
             if kept[0].deleted and len(kept) == 1 and key not in self._locks:
                 # A durable tombstone with nothing above it: the key is gone for good.
                 dropped += len(chain)
-                del self._tables[table_of(key)][key]
+                del self._chains[key]
+                self._tables[table_of(key)].discard(key)
                 continue
             dropped += len(chain) - len(kept)
             chain[:] = kept

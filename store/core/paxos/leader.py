@@ -1,0 +1,438 @@
+"""The leader (distinguished proposer) of a Paxos stream: Multi-Paxos with batching.
+
+Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
+
+* **Phase 1, once per ballot.** A leader starts by sending ``Prepare(ballot, first_slot)``
+  to every acceptor, its own region's acceptor included (that one is called directly, not
+  over the network). Each ``Promise`` reports what the acceptor accepted from
+  ``first_slot`` on. Once a majority of regions has promised and reported everything, the
+  leader owns every slot from ``first_slot``: it re-proposes, slot by slot, the value
+  accepted at the highest ballot, fills every hole below the highest reported slot with a
+  **no-op** (DESIGN.md §5 step 2), and then proposes new entries after them. A fresh
+  stream runs the same phase 1 and simply finds nothing.
+* **Phase 2, pipelined.** Certified records handed to ``append`` collect in an open batch,
+  closed into an entry when it holds ``batch_size_max`` records or ``batch_delay_ns``
+  after its first record. Entries wait in a queue and take the next slot when fewer than
+  ``slots_in_flight_max`` slots are proposed and not yet chosen. A slot is **chosen** when
+  a majority of regions accepted it; chosen slots are reported in slot order through
+  ``ready().chosen``. An Accept a region has not acknowledged is sent again every
+  ``accept_retry_ns``.
+* **Heartbeats.** When nothing has been proposed for ``heartbeat_interval_ns`` the leader
+  proposes an empty entry carrying its current stream watermark, so an idle stream's
+  followers keep learning both the commit index and the watermark.
+* **Commit index.** Every Accept carries ``chosen_through`` (all slots below it are chosen);
+  when it moves and no Accept carries it within ``commit_announce_delay_ns``, a ``Commit``
+  announces it. Learners also ``Fetch`` chosen entries they miss; the leader answers from
+  its log (``forget_before`` bounds it).
+* **Deposition.** A ``Reject`` naming a higher ballot, or its own acceptor promising one,
+  deposes the leader: it proposes nothing more and says so in ``deposed_by``. What it had
+  not seen chosen is for recovery to settle (DESIGN.md §5); the stream's next leader will
+  find whatever a majority accepted.
+* **INF.** ``append_inf`` closes the open batch and queues an INF marker: the end of an
+  epoch on this stream (DESIGN.md §5 step 3). Appends after it belong to the next epoch.
+
+The leader's own region is one acceptor among ``len(peers) + 1``; a majority of regions is
+``(len(peers) + 1) // 2 + 1``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from store.core.paxos.acceptor import Acceptor
+from store.core.paxos.messages import (
+    Accept,
+    Accepted,
+    Chosen,
+    Commit,
+    Fetch,
+    PaxosMessage,
+    Prepare,
+    Promise,
+    Reject,
+)
+from store.core.paxos.types import (
+    DEFAULT_STREAM_SETTINGS,
+    INF,
+    NOOP,
+    Ballot,
+    Entry,
+    EntryKind,
+    StreamReady,
+    StreamSettings,
+)
+from store.core.vclock import EMPTY, VectorClock
+
+
+class Phase(enum.Enum):
+    PREPARING = "preparing"  # phase 1 running; appends are held
+    LEADING = "leading"  # proposing
+    DEPOSED = "deposed"  # a higher ballot exists; proposes nothing more
+
+
+class StreamLeader:
+    def __init__(
+        self,
+        stream: int,
+        address: str,
+        peers: Sequence[str],
+        ballot: Ballot,
+        settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
+        *,
+        now_ns: int = 0,
+        acceptor: Acceptor | None = None,
+        first_slot: int = 0,
+        known_chosen: Mapping[int, Entry] | None = None,
+        counters_in_order: bool = False,
+    ) -> None:
+        """A leader of ``stream`` at ``address``; ``peers`` are the acceptors of the other
+        regions. ``acceptor`` is this region's acceptor (a fresh one by default; on takeover,
+        the one this replica already ran as a follower). Phase 1 runs over every slot from
+        ``first_slot``; the caller vouches that every slot below it is chosen, and
+        ``known_chosen`` gives the ones it knows, so lagging learners can fetch them.
+
+        ``counters_in_order``: the replica appends records in increasing counter order and
+        never draws a counter for this stream that it appends later out of order (Mako's
+        assumption), so each appended counter is also the stream watermark. Otherwise the
+        replica raises the watermark itself with ``advance_watermark``.
+        """
+        assert ballot.leader == address, "a ballot names its leader"
+        assert address not in peers
+        assert len(set(peers)) == len(peers)
+        self.stream = stream
+        self.address = address
+        self.peers = list(peers)
+        self.ballot = ballot
+        self.settings = settings
+        self.quorum = (len(self.peers) + 1) // 2 + 1
+        self.acceptor = acceptor if acceptor is not None else Acceptor(stream, settings)
+        self.counters_in_order = counters_in_order
+        self.phase = Phase.PREPARING
+        self.deposed_by: Ballot | None = None
+        self.first_slot = first_slot
+        # Every slot below chosen_through is chosen; next_slot is the next to propose.
+        self.chosen_through = first_slot
+        self.next_slot = first_slot
+        self._log: dict[int, Entry] = dict(known_chosen or {})
+        self._forgotten_before = 0
+        self._accepted_by: dict[int, set[str]] = {}
+        self._sent_at: dict[int, int] = {}
+        self._majority: set[int] = set()
+        self._queue: deque[Entry] = deque()
+        self._queued_records = 0
+        # The open batch.
+        self._records: list[Any] = []
+        self._counters: list[int] = []
+        self._vc: VectorClock = EMPTY
+        self._batch_close_at: int | None = None
+        self._watermark = 0
+        self._last_counter = 0
+        self._last_proposed_at = now_ns
+        self._announced = first_slot
+        self._announce_at: int | None = None
+        self._outbox: list[tuple[str, PaxosMessage]] = []
+        self._chosen_out: list[tuple[int, Entry]] = []
+        # Phase 1 state: per acceptor, the slot its next Promise piece starts at.
+        self._prepare_from: dict[str, int] = {}
+        self._prepare_sent_at: dict[str, int] = {}
+        self._promised: set[str] = set()
+        self._found: dict[int, tuple[Ballot, Entry]] = {}
+        self.entries_proposed = 0
+        self.heartbeats_proposed = 0
+        self.noops_proposed = 0
+        self.retransmissions = 0
+        self._start_phase1(now_ns)
+
+    # ---- the replica's calls -----------------------------------------------------------
+
+    def can_append(self) -> bool:
+        """False when ``pending_records_max`` records wait for a slot: stop certifying."""
+        return self.pending_records() < self.settings.pending_records_max
+
+    def pending_records(self) -> int:
+        return len(self._records) + self._queued_records
+
+    def append(self, now_ns: int, record: Any, counter: int, vc: VectorClock) -> None:
+        """Adds a certified transaction (``record``, msgpack-able) that drew ``counter``."""
+        assert self.can_append(), "pending_records_max reached: check can_append first"
+        assert counter > 0
+        if self.counters_in_order:
+            assert counter > self._last_counter, "counters_in_order: appended out of order"
+            self._watermark = counter
+        self._last_counter = max(self._last_counter, counter)
+        if not self._records:
+            self._batch_close_at = now_ns + self.settings.batch_delay_ns
+        self._records.append(record)
+        self._counters.append(counter)
+        self._vc = self._vc.merge(vc)
+        if len(self._records) >= self.settings.batch_size_max:
+            self._close_batch()
+        self._pump(now_ns)
+
+    def advance_watermark(self, watermark: int) -> None:
+        """Promise: every counter at or below ``watermark`` that this stream will ever carry
+        has been appended. Entries closed from now on carry it (heartbeats too)."""
+        self._watermark = max(self._watermark, watermark)
+
+    def append_inf(self, now_ns: int) -> None:
+        """Ends the epoch on this stream: the open batch, then an INF marker (DESIGN.md §5)."""
+        self._close_batch()
+        self._enqueue(INF)
+        self._pump(now_ns)
+
+    def forget_before(self, slot: int) -> None:
+        """Drops chosen entries below ``slot`` from the log served to lagging learners."""
+        assert slot <= self.chosen_through
+        for old in range(self._forgotten_before, slot):
+            self._log.pop(old, None)
+        self._forgotten_before = max(self._forgotten_before, slot)
+
+    def slots_in_flight(self) -> int:
+        return self.next_slot - self.chosen_through
+
+    # ---- entry points ------------------------------------------------------------------
+
+    def handle(self, now_ns: int, src: str, message: PaxosMessage) -> None:
+        assert message.stream == self.stream
+        if isinstance(message, Accepted):
+            self._on_accepted(now_ns, src, message)
+        elif isinstance(message, Promise):
+            self._on_promise(now_ns, src, message)
+        elif isinstance(message, Reject):
+            if message.ballot == self.ballot and message.promised > self.ballot:
+                self._depose(message.promised)
+        elif isinstance(message, Fetch):
+            self._on_fetch(src, message)
+        elif isinstance(message, (Prepare, Accept)):
+            # Another leader addresses this region's acceptor.
+            self.acceptor.handle(now_ns, src, message)
+            self._outbox.extend(self.acceptor.ready().messages)
+            if self.acceptor.promised > self.ballot:
+                self._depose(self.acceptor.promised)
+        # Commit and Chosen are for learners; a leader knows more than they say.
+
+    def tick(self, now_ns: int) -> None:
+        if self.phase is Phase.PREPARING:
+            self._retry_prepare(now_ns)
+        if self.phase is not Phase.LEADING:
+            return
+        if self._batch_close_at is not None and now_ns >= self._batch_close_at:
+            self._close_batch()
+        self._pump(now_ns)
+        if (
+            not self._queue
+            and not self._records
+            and self.slots_in_flight() < self.settings.slots_in_flight_max
+            and now_ns >= self._last_proposed_at + self.settings.heartbeat_interval_ns
+        ):
+            self._propose(now_ns, Entry(EntryKind.BATCH, watermark=self._watermark))
+            self.heartbeats_proposed += 1
+        self._retransmit(now_ns)
+        if self._announce_at is not None and now_ns >= self._announce_at:
+            self._announce_at = None
+            if self.chosen_through > self._announced:
+                self._announced = self.chosen_through
+                commit = Commit(self.stream, self.ballot, self.chosen_through)
+                self._outbox.extend((peer, commit) for peer in self.peers)
+
+    def ready(self) -> StreamReady:
+        messages, self._outbox = self._outbox, []
+        chosen, self._chosen_out = self._chosen_out, []
+        return StreamReady(messages, chosen, self._next_wake())
+
+    # ---- phase 1 -----------------------------------------------------------------------
+
+    def _start_phase1(self, now_ns: int) -> None:
+        # This region's acceptor first, directly, piece by piece.
+        from_slot = self.first_slot
+        while True:
+            reply = self.acceptor.prepare(Prepare(self.stream, self.ballot, from_slot))
+            if isinstance(reply, Reject):
+                self._depose(reply.promised)
+                return
+            self._merge_found(reply)
+            if reply.complete:
+                break
+            from_slot = reply.accepted[-1][0] + 1
+        self._promised.add(self.address)
+        for peer in self.peers:
+            self._prepare_from[peer] = self.first_slot
+            self._send_prepare(now_ns, peer)
+        self._maybe_lead(now_ns)
+
+    def _send_prepare(self, now_ns: int, peer: str) -> None:
+        self._prepare_sent_at[peer] = now_ns
+        self._outbox.append((peer, Prepare(self.stream, self.ballot, self._prepare_from[peer])))
+
+    def _retry_prepare(self, now_ns: int) -> None:
+        for peer in self.peers:
+            if peer in self._promised:
+                continue
+            if now_ns >= self._prepare_sent_at[peer] + self.settings.prepare_retry_ns:
+                self._send_prepare(now_ns, peer)
+                self.retransmissions += 1
+
+    def _merge_found(self, promise: Promise) -> None:
+        for slot, ballot, entry in promise.accepted:
+            held = self._found.get(slot)
+            if held is None or ballot > held[0]:
+                self._found[slot] = (ballot, entry)
+
+    def _on_promise(self, now_ns: int, src: str, message: Promise) -> None:
+        if (
+            self.phase is not Phase.PREPARING
+            or message.ballot != self.ballot
+            or src not in self._prepare_from
+            or src in self._promised
+        ):
+            return
+        # Any piece at our ballot is true information; only the awaited piece moves on.
+        self._merge_found(message)
+        if message.from_slot != self._prepare_from[src]:
+            return
+        if message.complete:
+            self._promised.add(src)
+            self._maybe_lead(now_ns)
+        elif message.accepted:
+            self._prepare_from[src] = message.accepted[-1][0] + 1
+            self._send_prepare(now_ns, src)
+
+    def _maybe_lead(self, now_ns: int) -> None:
+        if self.phase is not Phase.PREPARING or len(self._promised) < self.quorum:
+            return
+        self.phase = Phase.LEADING
+        end = max(self._found, default=self.first_slot - 1) + 1
+        # Re-proposals and no-ops go to the head of the queue in slot order; the queue
+        # hands out slots in order from first_slot, so each lands in its own slot.
+        takeover = [
+            self._found[slot][1] if slot in self._found else NOOP
+            for slot in range(self.first_slot, end)
+        ]
+        for entry in reversed(takeover):
+            self._queue.appendleft(entry)
+            self._queued_records += len(entry.records)
+        self.noops_proposed += sum(1 for entry in takeover if entry is NOOP)
+        self._found.clear()
+        self._pump(now_ns)
+
+    # ---- phase 2 -----------------------------------------------------------------------
+
+    def _close_batch(self) -> None:
+        self._batch_close_at = None
+        if not self._records:
+            return
+        entry = Entry(EntryKind.BATCH, self._records, self._counters, self._vc, self._watermark)
+        self._records, self._counters, self._vc = [], [], EMPTY
+        self._enqueue(entry)
+
+    def _enqueue(self, entry: Entry) -> None:
+        self._queue.append(entry)
+        self._queued_records += len(entry.records)
+
+    def _pump(self, now_ns: int) -> None:
+        while (
+            self.phase is Phase.LEADING
+            and self._queue
+            and self.slots_in_flight() < self.settings.slots_in_flight_max
+        ):
+            entry = self._queue.popleft()
+            self._queued_records -= len(entry.records)
+            self._propose(now_ns, entry)
+
+    def _propose(self, now_ns: int, entry: Entry) -> None:
+        slot = self.next_slot
+        self.next_slot += 1
+        self._log[slot] = entry
+        self._accepted_by[slot] = set()
+        self._sent_at[slot] = now_ns
+        self._last_proposed_at = now_ns
+        self.entries_proposed += 1
+        accept = Accept(self.stream, self.ballot, slot, entry, self.chosen_through)
+        self._announced = self.chosen_through
+        self._outbox.extend((peer, accept) for peer in self.peers)
+        reply = self.acceptor.accept(accept)
+        if isinstance(reply, Reject):
+            self._depose(reply.promised)
+            return
+        self._on_accepted(now_ns, self.address, reply)
+
+    def _on_accepted(self, now_ns: int, src: str, message: Accepted) -> None:
+        if message.ballot != self.ballot or self.phase is not Phase.LEADING:
+            return
+        voters = self._accepted_by.get(message.slot)
+        if voters is None:
+            return  # already chosen, or never proposed at this ballot
+        voters.add(src)
+        if len(voters) >= self.quorum:
+            self._majority.add(message.slot)
+            self._advance(now_ns)
+
+    def _advance(self, now_ns: int) -> None:
+        moved = False
+        while self.chosen_through in self._majority:
+            slot = self.chosen_through
+            self._majority.discard(slot)
+            del self._accepted_by[slot]
+            del self._sent_at[slot]
+            self._chosen_out.append((slot, self._log[slot]))
+            self.chosen_through += 1
+            moved = True
+        if moved:
+            if self._announce_at is None:
+                self._announce_at = now_ns + self.settings.commit_announce_delay_ns
+            self._pump(now_ns)
+
+    def _retransmit(self, now_ns: int) -> None:
+        deadline = now_ns - self.settings.accept_retry_ns
+        for slot, sent_at in self._sent_at.items():
+            if sent_at > deadline:
+                continue
+            self._sent_at[slot] = now_ns
+            accept = Accept(self.stream, self.ballot, slot, self._log[slot], self.chosen_through)
+            voters = self._accepted_by[slot]
+            for peer in self.peers:
+                if peer not in voters:
+                    self._outbox.append((peer, accept))
+                    self.retransmissions += 1
+
+    # ---- learners, deposition, timers --------------------------------------------------
+
+    def _on_fetch(self, src: str, message: Fetch) -> None:
+        entries: list[Entry] = []
+        slot = message.from_slot
+        end = min(message.to_slot, self.chosen_through,
+                  message.from_slot + self.settings.fetch_entries_max)
+        while slot < end and slot in self._log:
+            entries.append(self._log[slot])
+            slot += 1
+        if entries:
+            self._outbox.append((src, Chosen(self.stream, message.from_slot, entries)))
+
+    def _depose(self, promised: Ballot) -> None:
+        if self.phase is Phase.DEPOSED:
+            return
+        self.phase = Phase.DEPOSED
+        self.deposed_by = promised
+        self._announce_at = None
+
+    def _next_wake(self) -> int | None:
+        candidates: list[int] = []
+        if self.phase is Phase.PREPARING:
+            candidates.extend(
+                self._prepare_sent_at[peer] + self.settings.prepare_retry_ns
+                for peer in self.peers
+                if peer not in self._promised
+            )
+        elif self.phase is Phase.LEADING:
+            if self._batch_close_at is not None:
+                candidates.append(self._batch_close_at)
+            if self.slots_in_flight() < self.settings.slots_in_flight_max:
+                candidates.append(self._last_proposed_at + self.settings.heartbeat_interval_ns)
+            if self._sent_at:
+                candidates.append(min(self._sent_at.values()) + self.settings.accept_retry_ns)
+            if self._announce_at is not None:
+                candidates.append(self._announce_at)
+        return min(candidates, default=None)

@@ -1,0 +1,197 @@
+"""Values shared by the roles of a Paxos stream: ballots, entries, settings, ``StreamReady``.
+
+An entry is what one slot of a stream holds (DESIGN.md §4): a batch of certified
+transaction records with the batch's max vector clock, or one of three markers. A heartbeat
+is a batch with no records; it exists so an idle stream's chosen prefix, and with it the
+followers' view of the stream, keeps moving. A no-op fills a hole found by a new leader; an
+INF marker ends an epoch on the stream (DESIGN.md §5). Entries are immutable once built.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple
+
+from store.core.vclock import EMPTY, VectorClock
+
+MS = 1_000_000  # nanoseconds per millisecond
+
+
+class Ballot(NamedTuple):
+    """A proposal number: ordered by round, then by the proposer's address (unique per node).
+
+    ``Ballot(0, "")`` is below every real ballot; acceptors start promised to it.
+    """
+
+    round: int
+    leader: str
+
+
+ZERO_BALLOT = Ballot(0, "")
+
+
+class EntryKind(enum.IntEnum):
+    BATCH = 0  # certified transaction records; a heartbeat is a BATCH with none
+    NOOP = 1  # a hole filled by a new leader: the old leader's stream is void from here
+    INF = 2  # the end of an epoch on this stream
+
+
+class Entry:
+    """One slot's value.
+
+    ``records`` are opaque msgpack-able values (the replica's certified transactions) and
+    ``counters[i]`` is the shard counter that ``records[i]`` drew. ``vc`` is the element-wise
+    max of the records' vector clocks, ``counter_max`` the max of ``counters`` (0 when
+    empty). ``watermark`` is the stream watermark the leader's replica promised when the
+    entry was closed: every counter at or below it that this stream will ever carry is in
+    this entry or an earlier one (see ``StreamLeader.advance_watermark``).
+    """
+
+    __slots__ = ("counter_max", "counters", "kind", "records", "vc", "watermark")
+
+    def __init__(
+        self,
+        kind: EntryKind,
+        records: Sequence[Any] = (),
+        counters: Sequence[int] = (),
+        vc: VectorClock = EMPTY,
+        watermark: int = 0,
+    ) -> None:
+        assert len(records) == len(counters), "one counter per record"
+        assert kind == EntryKind.BATCH or not records, "markers carry no records"
+        self.kind = kind
+        self.records: tuple[Any, ...] = tuple(records)
+        self.counters: tuple[int, ...] = tuple(counters)
+        self.vc = vc
+        self.counter_max = max(self.counters, default=0)
+        self.watermark = watermark
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return self.kind == EntryKind.BATCH and not self.records
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Entry)
+            and self.kind == other.kind
+            and self.records == other.records
+            and self.counters == other.counters
+            and self.vc == other.vc
+            and self.watermark == other.watermark
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if self.kind != EntryKind.BATCH:
+            return f"Entry({self.kind.name})"
+        return (
+            f"Entry(records={len(self.records)}, counter_max={self.counter_max}, "
+            f"vc={self.vc!r}, watermark={self.watermark})"
+        )
+
+
+NOOP = Entry(EntryKind.NOOP)
+INF = Entry(EntryKind.INF)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """Every limit and timing of a stream, named (STYLE.md: put a limit on everything)."""
+
+    # Records per entry; an open batch closes when it holds this many (Mako uses 400).
+    batch_size_max: int = 400
+    # An open batch closes this long after its first record, full or not.
+    batch_delay_ns: int = 1 * MS
+    # An idle stream proposes an empty entry this long after its last proposal.
+    heartbeat_interval_ns: int = 5 * MS
+    # Slots proposed and not yet chosen, at most (the pipeline depth).
+    slots_in_flight_max: int = 64
+    # Records appended and not yet in a proposed slot; ``StreamLeader.can_append`` says no
+    # past it, so the replica stops certifying instead of buffering without bound.
+    pending_records_max: int = 100_000
+    # Retransmission of Accept (phase 2a) and Prepare (phase 1a) to silent acceptors. Above
+    # the widest inter-region round trip.
+    accept_retry_ns: int = 250 * MS
+    prepare_retry_ns: int = 250 * MS
+    # A commit index that moved and rode on no Accept is announced this long after.
+    commit_announce_delay_ns: int = 1 * MS
+    # A learner asks the leader for chosen slots it is missing once the gap is this old,
+    # and again at this interval.
+    fetch_retry_ns: int = 100 * MS
+    # Entries per Promise (phase 1b) and per Chosen reply; longer answers come in pieces.
+    promise_entries_max: int = 1024
+    fetch_entries_max: int = 256
+    # Proposals a learner holds ahead of its delivery point; later ones are fetched.
+    learner_window_slots: int = 4096
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            assert getattr(self, f.name) > 0, f"{f.name} must be positive"
+
+    def with_overrides(self, **overrides: Any) -> StreamSettings:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown stream settings: {sorted(unknown)}")
+        return replace(self, **overrides)
+
+
+DEFAULT_STREAM_SETTINGS = StreamSettings()
+
+
+@dataclass(slots=True)
+class StreamReady:
+    """What a stream role wants done, handed back by ``ready()`` (the etcd-raft pattern).
+
+    * ``messages``: ``(destination address, message)`` to send, in this order. No role
+      persists anything (acceptors are in memory), so there is no "save before send" rule;
+      the protocol tolerates loss, duplication and reordering of every message.
+    * ``chosen``: ``(slot, entry)`` pairs newly known chosen, in increasing slot order with
+      no gap, each slot exactly once over the life of the object (the leader reports what it
+      saw chosen; a learner what it delivers). The replica applies them in this order.
+    * ``wake_at``: the time (ns) at which ``tick`` must next be called, or None.
+    """
+
+    messages: list[tuple[str, Any]] = field(default_factory=list)
+    chosen: list[tuple[int, Entry]] = field(default_factory=list)
+    wake_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finalized:
+    """The stream watermark over a chosen prefix, and whether the epoch has ended in it.
+
+    ``watermark``: the largest ``Entry.watermark`` in the prefix before the first no-op or
+    INF marker (0 if none). ``end_slot``: the slot of that first no-op or INF, or None when
+    the prefix holds neither, in which case the watermark may still grow.
+    """
+
+    watermark: int
+    end_slot: int | None
+
+    @property
+    def final(self) -> bool:
+        return self.end_slot is not None
+
+
+def finalized_watermark(chosen: Iterable[tuple[int, Entry]], first_slot: int = 0) -> Finalized:
+    """The finalized watermark of a stream's epoch (DESIGN.md §5 step 4), deterministically.
+
+    ``chosen`` is the chosen prefix of the epoch as ``(slot, entry)`` in slot order from
+    ``first_slot`` with no gap (what a leader or learner reported). Everything after the
+    first no-op is void, because a lost slot may hold transactions that later ones depend
+    on; an INF marker closes the epoch the same way. The result depends only on the chosen
+    values, so any replica recomputes the same number.
+    """
+    watermark = 0
+    expected = first_slot
+    for slot, entry in chosen:
+        assert slot == expected, f"chosen prefix has a gap at slot {expected}"
+        expected += 1
+        if entry.kind != EntryKind.BATCH:
+            return Finalized(watermark, slot)
+        watermark = max(watermark, entry.watermark)
+    return Finalized(watermark, None)
