@@ -1,0 +1,395 @@
+"""Table tests of the Paxos stream roles (store/core/paxos), one behaviour per test.
+
+References: "Paxos Made Simple" (Lamport, 2001) §2.2 (phase 1 and 2 rules of the acceptor),
+§2.3 (learning a chosen value), §3 (Multi-Paxos: one phase 1 for all slots, no-ops for
+gaps); DESIGN.md §4 (streams of batches, heartbeats, watermarks) and §5 (takeover by a
+higher ballot, no-ops, INF markers, finalized watermark).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from store.core.paxos import (
+    INF,
+    NOOP,
+    Accept,
+    Accepted,
+    Acceptor,
+    Ballot,
+    Chosen,
+    Commit,
+    Entry,
+    EntryKind,
+    Fetch,
+    Learner,
+    Phase,
+    Prepare,
+    Promise,
+    Reject,
+    StreamFollower,
+    StreamLeader,
+    StreamSettings,
+    finalized_watermark,
+)
+from store.core.vclock import VectorClock
+
+S = 7  # the stream id used throughout
+B1 = Ballot(1, "us")
+B2 = Ballot(2, "eu")
+MS = 1_000_000
+PEERS = ["eu", "ap"]
+
+
+def batch(*counters: int, watermark: int = 0) -> Entry:
+    return Entry(EntryKind.BATCH, [[f"t{c}"] for c in counters], list(counters),
+                 VectorClock({0: max(counters, default=0)}), watermark)
+
+
+def settings(**overrides: Any) -> StreamSettings:
+    return StreamSettings().with_overrides(**overrides)
+
+
+def promise_all(leader: StreamLeader, now_ns: int = 0) -> None:
+    """Both peers promise with nothing accepted (phase 1 of a fresh stream)."""
+    for peer in leader.peers:
+        leader.handle(now_ns, peer, Promise(S, leader.ballot, leader.first_slot, [], True))
+
+
+def accepts(messages: list[tuple[str, Any]]) -> list[tuple[str, Accept]]:
+    return [(dst, m) for dst, m in messages if isinstance(m, Accept)]
+
+
+# ---- acceptor ("Paxos Made Simple" §2.2) ---------------------------------------------
+
+
+def test_acceptor_promises_and_reports_what_it_accepted_from_a_slot_on() -> None:
+    acceptor = Acceptor(S)
+    for slot in (0, 1, 3):
+        assert isinstance(acceptor.accept(Accept(S, B1, slot, batch(slot + 1), 0)), Accepted)
+    reply = acceptor.prepare(Prepare(S, B2, 1))
+    assert isinstance(reply, Promise)
+    assert reply.complete
+    assert [(slot, b) for slot, b, _ in reply.accepted] == [(1, B1), (3, B1)]
+    assert acceptor.promised == B2
+
+
+@pytest.mark.parametrize(
+    ("promised", "message", "rejected"),
+    [
+        (B2, Prepare(S, B1, 0), True),  # phase 1a below the promise
+        (B2, Accept(S, B1, 0, batch(1), 0), True),  # phase 2a below the promise
+        (B1, Accept(S, B1, 0, batch(1), 0), False),  # equal ballot: accepted
+        (B1, Prepare(S, B1, 0), False),  # equal ballot: a repeated Prepare is answered
+        (B1, Accept(S, B2, 0, batch(1), 0), False),  # higher: accepted, and promised
+    ],
+)
+def test_acceptor_refuses_exactly_what_is_below_its_promise(
+    promised: Ballot, message: Prepare | Accept, rejected: bool
+) -> None:
+    acceptor = Acceptor(S)
+    acceptor.prepare(Prepare(S, promised, 0))
+    acceptor.handle(0, "leader", message)
+    [(dst, reply)] = acceptor.ready().messages
+    assert dst == "leader"
+    assert isinstance(reply, Reject) is rejected
+    if rejected:
+        assert reply == Reject(S, message.ballot, promised)
+    assert acceptor.promised == max(promised, message.ballot)
+
+
+def test_acceptor_keeps_the_highest_ballot_value_per_slot() -> None:
+    acceptor = Acceptor(S)
+    acceptor.accept(Accept(S, B1, 0, batch(1), 0))
+    acceptor.accept(Accept(S, B2, 0, NOOP, 0))
+    assert acceptor.accepted(0) == (B2, NOOP)
+
+
+def test_acceptor_cuts_long_promises_into_pieces() -> None:
+    acceptor = Acceptor(S, settings(promise_entries_max=2))
+    for slot in range(5):
+        acceptor.accept(Accept(S, B1, slot, batch(slot + 1), 0))
+    first = acceptor.prepare(Prepare(S, B2, 0))
+    assert isinstance(first, Promise)
+    assert [s for s, _, _ in first.accepted] == [0, 1]
+    assert not first.complete
+    last = acceptor.prepare(Prepare(S, B2, 4))
+    assert isinstance(last, Promise)
+    assert last.complete
+
+
+# ---- leader: batching, pipelining, choosing (Multi-Paxos, DESIGN.md §4) --------------
+
+
+def test_fresh_leader_runs_phase1_then_proposes_batches() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=3))
+    out = leader.ready().messages
+    assert out == [("eu", Prepare(S, B1, 0)), ("ap", Prepare(S, B1, 0))]
+    for counter in (1, 2, 3, 4):
+        leader.append(0, [f"t{counter}"], counter, VectorClock({0: counter}))
+    assert accepts(leader.ready().messages) == []  # held until phase 1 completes
+    leader.handle(0, "eu", Promise(S, B1, 0, [], True))
+    assert leader.phase is Phase.LEADING  # us + eu are a majority of three regions
+    sent = accepts(leader.ready().messages)
+    assert [(dst, m.slot) for dst, m in sent] == [("eu", 0), ("ap", 0)]
+    entry = sent[0][1].entry
+    assert entry.counters == (1, 2, 3)
+    assert entry.counter_max == 3
+    assert entry.vc == VectorClock({0: 3})
+
+
+def test_a_batch_closes_after_batch_delay() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_delay_ns=2 * MS))
+    promise_all(leader)
+    leader.ready()
+    leader.append(10, ["a"], 1, VectorClock({0: 1}))
+    leader.append(20, ["b"], 2, VectorClock({0: 2}))
+    ready = leader.ready()
+    assert accepts(ready.messages) == []
+    assert ready.wake_at == 10 + 2 * MS
+    leader.tick(10 + 2 * MS)
+    [(_, accept), _] = accepts(leader.ready().messages)
+    assert accept.entry.records == (["a"], ["b"])
+
+
+def test_a_slot_is_chosen_by_a_majority_and_reported_in_slot_order() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
+    promise_all(leader)
+    for counter in (1, 2, 3):
+        leader.append(0, [counter], counter, VectorClock({0: counter}))
+    leader.ready()
+    leader.handle(1, "eu", Accepted(S, B1, 2))
+    leader.handle(1, "eu", Accepted(S, B1, 1))
+    assert leader.ready().chosen == []  # slot 0 not yet chosen: nothing out of order
+    leader.handle(2, "ap", Accepted(S, B1, 0))
+    chosen = leader.ready().chosen
+    assert [slot for slot, _ in chosen] == [0, 1, 2]
+    assert [entry.counters for _, entry in chosen] == [(1,), (2,), (3,)]
+    leader.handle(3, "eu", Accepted(S, B1, 0))  # late duplicate: nothing more
+    assert leader.ready().chosen == []
+
+
+def test_pipeline_is_bounded_by_slots_in_flight_max() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1, slots_in_flight_max=2))
+    promise_all(leader)
+    for counter in range(1, 6):
+        leader.append(0, [counter], counter, VectorClock())
+    assert sorted({m.slot for _, m in accepts(leader.ready().messages)}) == [0, 1]
+    leader.handle(1, "eu", Accepted(S, B1, 0))
+    assert sorted({m.slot for _, m in accepts(leader.ready().messages)}) == [2]
+    assert leader.pending_records() == 2
+
+
+def test_can_append_says_no_past_pending_records_max() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(pending_records_max=3))
+    for counter in (1, 2, 3):
+        assert leader.can_append()
+        leader.append(0, [counter], counter, VectorClock())
+    assert not leader.can_append()
+
+
+def test_unacknowledged_accepts_are_retransmitted_to_silent_acceptors_only() -> None:
+    leader = StreamLeader(S, "us", ["eu", "ap", "sa", "af"], B1,
+                          settings(batch_size_max=1, accept_retry_ns=100 * MS,
+                                   heartbeat_interval_ns=10**12))
+    for peer in leader.peers:
+        leader.handle(0, peer, Promise(S, B1, 0, [], True))
+    leader.append(0, ["x"], 1, VectorClock())
+    leader.ready()
+    leader.handle(1, "eu", Accepted(S, B1, 0))  # us + eu: 2 of 5, not a majority
+    assert leader.ready().wake_at == 100 * MS
+    leader.tick(100 * MS)
+    assert sorted(dst for dst, _ in accepts(leader.ready().messages)) == ["af", "ap", "sa"]
+
+
+def test_idle_stream_proposes_heartbeats_carrying_the_watermark() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(heartbeat_interval_ns=5 * MS))
+    promise_all(leader)
+    leader.advance_watermark(42)
+    assert leader.ready().wake_at == 5 * MS
+    leader.tick(5 * MS)
+    [(_, accept), _] = accepts(leader.ready().messages)
+    assert accept.entry.is_heartbeat
+    assert accept.entry.watermark == 42
+
+
+def test_counters_in_order_makes_each_counter_the_stream_watermark() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=2), counters_in_order=True)
+    promise_all(leader)
+    leader.append(0, ["a"], 4, VectorClock())
+    leader.append(0, ["b"], 9, VectorClock())
+    [(_, accept), _] = accepts(leader.ready().messages)
+    assert accept.entry.watermark == 9
+    with pytest.raises(AssertionError):
+        leader.append(0, ["c"], 8, VectorClock())
+
+
+def test_commit_index_is_piggybacked_or_announced() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1,
+                          settings(batch_size_max=1, commit_announce_delay_ns=MS))
+    promise_all(leader)
+    leader.append(0, ["a"], 1, VectorClock())
+    leader.ready()
+    leader.handle(10, "eu", Accepted(S, B1, 0))
+    assert leader.ready().wake_at == 10 + MS
+    leader.append(20, ["b"], 2, VectorClock())  # this Accept carries chosen_through=1
+    assert {m.chosen_through for _, m in accepts(leader.ready().messages)} == {1}
+    leader.tick(10 + MS)
+    assert not [m for _, m in leader.ready().messages if isinstance(m, Commit)]
+    leader.handle(30, "ap", Accepted(S, B1, 1))
+    leader.tick(30 + MS)
+    commits = [(dst, m) for dst, m in leader.ready().messages if isinstance(m, Commit)]
+    assert commits == [("eu", Commit(S, B1, 2)), ("ap", Commit(S, B1, 2))]
+
+
+def test_leader_serves_fetch_from_its_chosen_log() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
+    promise_all(leader)
+    for counter in (1, 2, 3):
+        leader.append(0, [counter], counter, VectorClock())
+    leader.ready()
+    for slot in (0, 1):
+        leader.handle(1, "eu", Accepted(S, B1, slot))
+    leader.ready()
+    leader.handle(2, "ap", Fetch(S, 0, 10))
+    [(dst, reply)] = leader.ready().messages
+    assert dst == "ap"
+    assert isinstance(reply, Chosen)
+    assert (reply.first_slot, [e.counters for e in reply.entries]) == (0, [(1,), (2,)])
+
+
+# ---- takeover ("Paxos Made Simple" §3; DESIGN.md §5) --------------------------------
+
+
+def test_reject_with_higher_ballot_deposes_the_leader() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
+    promise_all(leader)
+    leader.ready()
+    leader.handle(0, "eu", Reject(S, B1, B2))
+    assert leader.phase is Phase.DEPOSED
+    assert leader.deposed_by == B2
+    leader.append(1, ["late"], 1, VectorClock())
+    leader.tick(10**12)
+    assert leader.ready().messages == []
+
+
+def test_own_acceptor_promising_a_higher_ballot_deposes_the_leader() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1)
+    promise_all(leader)
+    leader.ready()
+    leader.handle(0, "eu", Prepare(S, B2, 0))
+    [(dst, reply)] = leader.ready().messages
+    assert dst == "eu"
+    assert isinstance(reply, Promise)
+    assert leader.phase is Phase.DEPOSED
+
+
+def test_takeover_reproposes_highest_ballot_values_and_fills_holes_with_noops() -> None:
+    """Phase 1 from slot 1 finds slots 1 and 3 (two ballots for 3): re-propose, no-op 2."""
+    acceptor = Acceptor(S)
+    acceptor.accept(Accept(S, B1, 1, batch(1), 0))
+    leader = StreamLeader(S, "eu", ["us", "ap"], B2, first_slot=1, acceptor=acceptor)
+    assert [m for _, m in leader.ready().messages] == [Prepare(S, B2, 1), Prepare(S, B2, 1)]
+    older, newer = Ballot(1, "us"), Ballot(1, "zz")
+    leader.handle(5, "ap", Promise(S, B2, 1, [(3, older, batch(30)), (3, newer, batch(31))],
+                                   True))
+    assert leader.phase is Phase.LEADING
+    proposed = {m.slot: m.entry for _, m in accepts(leader.ready().messages)}
+    assert proposed == {1: batch(1), 2: NOOP, 3: batch(31)}
+    assert leader.noops_proposed == 1
+    leader.append(6, ["new"], 40, VectorClock())
+    leader.append_inf(6)
+    after = {m.slot: m.entry for _, m in accepts(leader.ready().messages)}
+    assert after[4].records == (["new"],)
+    assert after[5] == INF
+
+
+def test_takeover_asks_again_for_the_rest_of_a_cut_promise() -> None:
+    leader = StreamLeader(S, "eu", ["us", "ap"], B2)
+    leader.ready()
+    leader.handle(1, "us", Promise(S, B2, 0, [(0, B1, batch(1)), (1, B1, batch(2))], False))
+    assert leader.phase is Phase.PREPARING
+    assert leader.ready().messages == [("us", Prepare(S, B2, 2))]
+    leader.handle(2, "us", Promise(S, B2, 2, [(2, B1, batch(3))], True))
+    assert leader.phase is Phase.LEADING
+    assert sorted({m.slot for _, m in accepts(leader.ready().messages)}) == [0, 1, 2]
+
+
+def test_prepare_is_retried_until_a_majority_promised() -> None:
+    leader = StreamLeader(S, "us", PEERS, B1, settings(prepare_retry_ns=50 * MS))
+    assert leader.ready().wake_at == 50 * MS
+    leader.tick(50 * MS)
+    assert [dst for dst, _ in leader.ready().messages] == ["eu", "ap"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        ([], (0, None)),
+        ([batch(1, watermark=3), batch(2, watermark=5)], (5, None)),
+        ([batch(1, watermark=3), NOOP, batch(9, watermark=9)], (3, 1)),  # void after no-op
+        ([batch(1, watermark=4), batch(watermark=6), INF, batch(watermark=99)], (6, 2)),
+    ],
+)
+def test_finalized_watermark_stops_at_the_first_noop_or_inf(
+    entries: list[Entry], expected: tuple[int, int | None]
+) -> None:
+    result = finalized_watermark(enumerate(entries))
+    assert (result.watermark, result.end_slot) == expected
+    assert result.final is (expected[1] is not None)
+
+
+# ---- learner ("Paxos Made Simple" §2.3) -----------------------------------------------
+
+
+def test_learner_delivers_proposals_once_the_same_ballot_says_chosen() -> None:
+    learner = Learner(S)
+    learner.handle(0, "us", Accept(S, B1, 0, batch(1), 0))
+    learner.handle(0, "us", Accept(S, B1, 1, batch(2), 0))
+    assert learner.ready().chosen == []
+    learner.handle(1, "us", Commit(S, B1, 1))
+    assert [slot for slot, _ in learner.ready().chosen] == [0]
+    learner.handle(2, "us", Accept(S, B1, 2, batch(3), 3))  # piggybacked commit index
+    assert [slot for slot, _ in learner.ready().chosen] == [1, 2]
+    learner.handle(3, "us", Commit(S, B1, 3))  # duplicate: delivered exactly once
+    assert learner.ready().chosen == []
+
+
+def test_learner_trusts_no_proposal_from_another_ballot_and_fetches_it() -> None:
+    learner = Learner(S, StreamSettings(fetch_retry_ns=10 * MS))
+    learner.handle(0, "us", Accept(S, B1, 0, batch(1), 0))
+    learner.handle(1, "eu", Commit(S, B2, 1))  # chosen, but by B2's value: unknown here
+    ready = learner.ready()
+    assert ready.chosen == []
+    assert ready.wake_at == 1 + 10 * MS
+    learner.tick(1 + 10 * MS)
+    assert learner.ready().messages == [("eu", Fetch(S, 0, 1))]
+    learner.handle(2, "eu", Chosen(S, 0, [NOOP]))
+    assert learner.ready().chosen == [(0, NOOP)]
+
+
+def test_learner_recognises_a_proposal_arriving_after_its_commit() -> None:
+    learner = Learner(S)
+    learner.handle(0, "us", Commit(S, B1, 2))
+    learner.handle(1, "us", Accept(S, B1, 1, batch(2), 0))
+    learner.handle(1, "us", Accept(S, B1, 0, batch(1), 0))
+    assert [slot for slot, _ in learner.ready().chosen] == [0, 1]
+
+
+def test_learner_holds_no_proposal_beyond_its_window() -> None:
+    learner = Learner(S, StreamSettings(learner_window_slots=4))
+    learner.handle(0, "us", Accept(S, B1, 9, batch(1), 0))
+    learner.handle(0, "us", Commit(S, B1, 10))
+    assert learner.ready().chosen == []
+    assert learner.chosen_through == 10  # a gap: it will fetch from slot 0
+
+
+def test_follower_routes_accept_to_acceptor_and_learner() -> None:
+    follower = StreamFollower(S)
+    follower.handle(0, "us", Accept(S, B1, 0, batch(1), 0))
+    follower.handle(0, "us", Commit(S, B1, 1))
+    ready = follower.ready()
+    assert ready.messages == [("us", Accepted(S, B1, 0))]
+    assert ready.chosen == [(0, batch(1))]
