@@ -20,6 +20,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         duration_ms=args.duration_ms,
         partitions=args.partitions,
         break_step=args.break_step,
+        speculation=not args.no_speculation,
     )
 
 
@@ -91,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--break", dest="break_step", choices=["validation", "locking"],
         help="switch one safety step off in the servers, to show the checkers catch it",
+    )
+    sim.add_argument(
+        "--no-speculation", action="store_true",
+        help="hide writes and keep locks until commit (Mako's OCC+OR baseline)",
     )
     sim.add_argument("--out", type=Path, help="write DIR/<seed>/history.edn")
     sim.add_argument("--jobs", type=int, help="worker processes (default: one per core)")

@@ -175,7 +175,7 @@ class Coordinator:
             txn = self._txns[txn_id]
             txn.reply_to = src
             txn.want_certified |= submit.want_certified
-            if txn.certified and txn.want_certified:
+            if txn.certified and txn.want_certified and self.settings.speculation:
                 self._reply(src, Outcome(txn.seq, Status.CERTIFIED, None, txn.vc, ""))
             return
         if len(self._by_client) >= self.settings.txns_in_flight_max:
@@ -505,7 +505,7 @@ class Coordinator:
         self.counters["certified"] += 1
         if self._observer is not None:
             self._observer(txn.txn_id, vc, txn.read_from)
-        if txn.want_certified:
+        if txn.want_certified and self.settings.speculation:
             self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
         self._awaiting_commit[txn.txn_id] = txn
         self._wait_or_commit(txn)

@@ -25,12 +25,13 @@ A transaction whose reads and writes are all on this shard is certified in one s
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from store.core.messages import ReadItem, RecordedScan, ScanRange, Write
 from store.core.settings import Settings
-from store.core.storage import VersionedStore
+from store.core.storage import CERTIFIED, HIDDEN, VersionedStore
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ShardWatermark
 
@@ -60,6 +61,7 @@ class Participant:
         settings: Settings,
         on_installed: OnInstalled,
         breaks: frozenset[str] = frozenset(),
+        vector_watermark: Mapping[int, int] | None = None,
     ) -> None:
         self.shard = shard
         self.store = store
@@ -71,6 +73,14 @@ class Participant:
         # Clocks of recent solo certifications, so a retransmitted solo request is answered
         # with the first outcome.
         self._solo_vcs: OrderedDict[int, VectorClock] = OrderedDict()
+        # Speculation off: installed transactions whose versions stay hidden and whose locks
+        # stay held until they commit. txn_id -> (vc, keys); a heap per blocking shard.
+        self._speculation = settings.speculation
+        self._vector_watermark: Mapping[int, int] = (
+            vector_watermark if vector_watermark is not None else {}
+        )
+        self._hidden: dict[int, tuple[VectorClock, list[str]]] = {}
+        self._hidden_blocked_on: dict[int, list[tuple[int, int]]] = {}
         # Switches that turn one safety step off; only the simulator's --break uses them, to
         # show that the checkers catch what each step prevents.
         self._skip_validation = "validation" in breaks
@@ -153,8 +163,11 @@ class Participant:
             return
         assert vc[self.shard] >= held.counter, "install clock below the counter drawn"
         self._apply(txn_id, writes, vc, epoch)
-        if not self._skip_locking:
-            self.store.unlock_all(held.keys, txn_id)
+        if self._speculation:
+            if not self._skip_locking:
+                self.store.unlock_all(held.keys, txn_id)
+        else:
+            self._hide_until_committed(txn_id, vc, held.keys)
         self._finish(txn_id, INSTALLED, held.counter)
         self._on_installed(txn_id, held.counter, writes, vc)
 
@@ -195,7 +208,11 @@ class Participant:
             return None
         counter = self.watermark.draw()
         vc = read_vc.with_entry(self.shard, counter)
+        if not self._speculation and not self._skip_locking:
+            self.store.try_lock_all(keys, txn_id)
         self._apply(txn_id, writes, vc, epoch)
+        if not self._speculation:
+            self._hide_until_committed(txn_id, vc, keys)
         self._finish(txn_id, INSTALLED, counter)
         self._solo_vcs[txn_id] = vc
         if len(self._solo_vcs) > self.settings.finished_txns_remembered_max:
@@ -207,8 +224,46 @@ class Participant:
 
     def _apply(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
         install = self.store.install
+        state = CERTIFIED if self._speculation else HIDDEN
         for key, value, deleted in writes:
-            install(key, value, deleted, vc, epoch, txn_id)
+            install(key, value, deleted, vc, epoch, txn_id, state)
+
+    # ---- speculation off -----------------------------------------------------------------
+
+    def _hide_until_committed(self, txn_id: int, vc: VectorClock, keys: list[str]) -> None:
+        self._hidden[txn_id] = (vc, keys)
+        # Dependencies may already be durable: block only on a shard still below vc.
+        if not self._block(txn_id, vc, self._vector_watermark):
+            self._hidden_blocked_on.setdefault(self.shard, []).append((0, txn_id))
+
+    def _block(self, txn_id: int, vc: VectorClock, watermark: Mapping[int, int]) -> bool:
+        for shard, counter in vc.items():
+            if counter > watermark.get(shard, 0):
+                heapq.heappush(self._hidden_blocked_on.setdefault(shard, []), (counter, txn_id))
+                return True
+        return False
+
+    def reveal_committed(self, watermark: Mapping[int, int], shard: int | None = None) -> None:
+        """Reveals (and unlocks) hidden transactions now at or below the vector watermark."""
+        if not self._hidden:
+            return
+        shards = list(self._hidden_blocked_on) if shard is None else [shard]
+        for blocked_shard in shards:
+            heap = self._hidden_blocked_on.get(blocked_shard)
+            mark = watermark.get(blocked_shard, 0)
+            while heap and heap[0][0] <= mark:
+                _, txn_id = heapq.heappop(heap)
+                entry = self._hidden.get(txn_id)
+                if entry is None or self._block(txn_id, entry[0], watermark):
+                    continue
+                del self._hidden[txn_id]
+                for key in entry[1]:
+                    self.store.reveal(key, txn_id)
+                if not self._skip_locking:
+                    self.store.unlock_all(entry[1], txn_id)
+
+    def hidden_count(self) -> int:
+        return len(self._hidden)
 
     def _finish(self, txn_id: int, state: int, counter: int) -> None:
         self._finished[txn_id] = (state, counter)

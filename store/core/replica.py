@@ -73,7 +73,8 @@ class ShardLeader:
         self.watermark = ShardWatermark()
         self.vw = VectorWatermark()
         self.participant = Participant(
-            shard, self.store, self.watermark, settings, self._on_installed, breaks
+            shard, self.store, self.watermark, settings, self._on_installed, breaks,
+            self.vw.entries,
         )
         self.coordinator = Coordinator(
             shard,
@@ -157,11 +158,11 @@ class ShardLeader:
         self.watermark.settle(counter)
 
     def _refresh_watermark(self) -> None:
-        if self.vw.learn(self.shard, self.watermark.watermark):
-            self.coordinator.check_commits(self.shard)
+        self._learn(self.shard, self.watermark.watermark)
 
     def _learn(self, shard: int, watermark: int) -> None:
         if self.vw.learn(shard, watermark):
+            self.participant.reveal_committed(self.vw.entries, shard)
             self.coordinator.check_commits(shard)
 
     # ---- handlers ------------------------------------------------------------------------
@@ -253,4 +254,5 @@ class ShardLeader:
     def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, Gossip)
         if self.vw.learn_all(message.watermarks):
+            self.participant.reveal_committed(self.vw.entries)
             self.coordinator.check_commits()

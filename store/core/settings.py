@@ -19,6 +19,10 @@ class Settings:
     procedure_args_max: int = 64
     # Transactions a coordinator runs at once; past it new submissions get UNAVAILABLE.
     txns_in_flight_max: int = 4096
+    # Speculation (DESIGN.md §3, Mako): certified writes are visible at once. Off, a
+    # participant keeps its locks and hides new versions until the transaction is committed,
+    # and the client hears nothing before commit (the "OCC+OR" baseline of the ablation).
+    speculation: bool = True
     # Retransmission of certification requests between shard leaders when a reply is lost.
     peer_retry_ns: int = 20 * MS
     # Lock/validate attempts before the coordinator gives up and aborts (safe: undecided).

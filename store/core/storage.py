@@ -29,13 +29,23 @@ from store.core.vclock import VectorClock
 
 CERTIFIED = 1
 ROLLED_BACK = 2
+# Installed but not yet visible: with speculation off, a version stays hidden (and its key
+# locked) until its transaction is committed (Mako's "OCC+OR" baseline).
+HIDDEN = 3
 
 
 class Version:
     __slots__ = ("deleted", "epoch", "state", "txn_id", "value", "vc", "vid")
 
     def __init__(
-        self, vid: int, value: Any, deleted: bool, vc: VectorClock, epoch: int, txn_id: int
+        self,
+        vid: int,
+        value: Any,
+        deleted: bool,
+        vc: VectorClock,
+        epoch: int,
+        txn_id: int,
+        state: int = CERTIFIED,
     ) -> None:
         self.vid = vid
         self.value = value
@@ -43,7 +53,7 @@ class Version:
         self.vc = vc
         self.epoch = epoch
         self.txn_id = txn_id
-        self.state = CERTIFIED
+        self.state = state
 
     def __repr__(self) -> str:
         shown = "<deleted>" if self.deleted else repr(self.value)
@@ -162,9 +172,16 @@ class VersionedStore:
     # ---- writing -------------------------------------------------------------------------
 
     def install(
-        self, key: str, value: Any, deleted: bool, vc: VectorClock, epoch: int, txn_id: int
+        self,
+        key: str,
+        value: Any,
+        deleted: bool,
+        vc: VectorClock,
+        epoch: int,
+        txn_id: int,
+        state: int = CERTIFIED,
     ) -> Version:
-        version = Version(self._next_vid, value, deleted, vc, epoch, txn_id)
+        version = Version(self._next_vid, value, deleted, vc, epoch, txn_id, state)
         self._next_vid += 1
         chain = self._chains.get(key)
         if chain is None:
@@ -179,10 +196,16 @@ class VersionedStore:
         self._dirty.add(key)
         return version
 
+    def reveal(self, key: str, txn_id: int) -> None:
+        """Makes the hidden version ``txn_id`` wrote to ``key`` visible (it committed)."""
+        for version in self._chains.get(key, ()):
+            if version.txn_id == txn_id and version.state == HIDDEN:
+                version.state = CERTIFIED
+
     def roll_back(self, key: str, txn_id: int) -> bool:
         """Marks the version ``txn_id`` wrote to ``key`` rolled back. True if one was."""
         for version in self._chain(key) or ():
-            if version.txn_id == txn_id and version.state == CERTIFIED:
+            if version.txn_id == txn_id and version.state in (CERTIFIED, HIDDEN):
                 version.state = ROLLED_BACK
                 self._dirty.add(key)
                 return True
@@ -206,7 +229,7 @@ class VersionedStore:
                 still_dirty.add(key)
                 continue
             kept = [chain[keep_from]] + [
-                v for v in chain[keep_from + 1 :] if v.state == CERTIFIED
+                v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
             ]
             if kept[0].deleted and len(kept) == 1 and key not in self._locks:
                 # A durable tombstone with nothing above it: the key is gone for good.

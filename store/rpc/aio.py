@@ -124,13 +124,12 @@ class Rpc(RpcBase):
 
     def _request_flush(self) -> None:
         if self._in_dispatch or self._flush_scheduled or self._closed:
-            return  # a dispatching callback flushes when it ends
-        if len(self._pending) <= 1:
-            # Idle endpoint: send at once; a lone request gains a loop iteration of latency.
-            self.transport.flush(self._core)
-            self._arm_timer(_monotonic_ns())
-            return
-        # Busy endpoint: requests from many coroutines leave together in one sendmmsg.
+            return  # a dispatching callback flushes when it ends; or a flush is coming
+        # The first send of a loop iteration leaves at once (a lone request saves an
+        # iteration of latency); what later coroutines of the same iteration enqueue leaves
+        # together in one sendmmsg from the callback scheduled here.
+        self.transport.flush(self._core)
+        self._arm_timer(_monotonic_ns())
         self._flush_scheduled = True
         self._loop.call_soon(self._flush_soon)
 
@@ -138,7 +137,7 @@ class Rpc(RpcBase):
 
     def _flush_soon(self) -> None:
         self._flush_scheduled = False
-        if self._closed:
+        if self._closed or not self._core.pending_packets():
             return
         self.transport.flush(self._core)
         self._arm_timer(_monotonic_ns())

@@ -47,6 +47,7 @@ class SimOptions:
     settle_ms: int = 6000
     partitions: bool = False
     break_step: str | None = None
+    speculation: bool = True
 
     def faults(self) -> Faults:
         duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
@@ -101,7 +102,8 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     hosts = []
     for shard in range(options.shards):
         replica = ShardLeader(
-            shard, leaders, partitioner, procedures, DEFAULT_SETTINGS,
+            shard, leaders, partitioner, procedures,
+            DEFAULT_SETTINGS.with_overrides(speculation=options.speculation),
             breaks=breaks, observer=dominance,
         )
         host = ReplicaHost(sim, network, replica)
@@ -216,6 +218,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "shards": options.shards,
         "loss": options.loss,
         "break": options.break_step,
+        "speculation": options.speculation,
         "transactions": transactions,
         "transactions_committed": sum(r.committed for r in results),
         "transactions_failed": sum(r.failed for r in results),
@@ -239,6 +242,8 @@ def replay_command(seed: int, options: SimOptions) -> str:
     ]
     if options.partitions:
         parts.append("--partitions")
+    if not options.speculation:
+        parts.append("--no-speculation")
     if options.break_step:
         parts.append(f"--break {options.break_step}")
     return " ".join(parts)

@@ -41,6 +41,14 @@ def test_list_append_under_partitions() -> None:
     assert summary["anomalies"] == 0, summary.get("first_failure")
 
 
+@pytest.mark.parametrize("workload", ["list-append", "bank"])
+def test_speculation_off_is_just_as_correct(workload: str) -> None:
+    options = SimOptions(workload=workload, loss=0.05, speculation=False)
+    summary = run_many(list(range(40)), options)
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["transactions_committed"] > 500
+
+
 @pytest.mark.parametrize("step", ["validation", "locking"])
 @pytest.mark.parametrize("workload", ["list-append", "bank"])
 def test_the_checkers_catch_a_broken_safety_step(step: str, workload: str) -> None:

@@ -12,7 +12,7 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   stream runs the same phase 1 and simply finds nothing.
 * **Phase 2, pipelined.** Certified records handed to ``append`` collect in an open batch,
   closed into an entry when it holds ``batch_size_max`` records or ``batch_delay_ns``
-  after its first record. Entries wait in a queue and take the next slot when fewer than
+  after its first record (later if the window is full: see ``_pump``). Entries wait in a queue and take the next slot when fewer than
   ``slots_in_flight_max`` slots are proposed and not yet chosen. A slot is **chosen** when
   a majority of regions accepted it; chosen slots are reported in slot order through
   ``ready().chosen``. An Accept a region has not acknowledged is sent again every
@@ -219,13 +219,11 @@ class StreamLeader:
             self._retry_prepare(now_ns)
         if self.phase is not Phase.LEADING:
             return
-        if self._batch_close_at is not None and now_ns >= self._batch_close_at:
-            self._close_batch()
         self._pump(now_ns)
         if (
             not self._queue
             and not self._records
-            and self.slots_in_flight() < self.settings.slots_in_flight_max
+            and self._window_open()
             and now_ns >= self._last_proposed_at + self.settings.heartbeat_interval_ns
         ):
             self._propose(now_ns, Entry(EntryKind.BATCH, watermark=self._watermark))
@@ -332,15 +330,28 @@ class StreamLeader:
         self._queue.append(entry)
         self._queued_records += len(entry.records)
 
+    def _window_open(self) -> bool:
+        return self.slots_in_flight() < self.settings.slots_in_flight_max
+
     def _pump(self, now_ns: int) -> None:
-        while (
-            self.phase is Phase.LEADING
-            and self._queue
-            and self.slots_in_flight() < self.settings.slots_in_flight_max
-        ):
+        """Proposes queued entries while the window has room, then a due open batch.
+
+        An open batch past its delay is closed only when it can take a slot at once: while
+        the window is full it keeps growing up to ``batch_size_max``, so batches get larger
+        exactly when the wide-area pipeline is the bottleneck.
+        """
+        while self.phase is Phase.LEADING and self._queue and self._window_open():
             entry = self._queue.popleft()
             self._queued_records -= len(entry.records)
             self._propose(now_ns, entry)
+        if (
+            self.phase is Phase.LEADING
+            and self._batch_close_at is not None
+            and now_ns >= self._batch_close_at
+            and self._window_open()
+        ):
+            self._close_batch()
+            self._pump(now_ns)
 
     def _propose(self, now_ns: int, entry: Entry) -> None:
         slot = self.next_slot
@@ -427,9 +438,10 @@ class StreamLeader:
                 if peer not in self._promised
             )
         elif self.phase is Phase.LEADING:
-            if self._batch_close_at is not None:
-                candidates.append(self._batch_close_at)
-            if self.slots_in_flight() < self.settings.slots_in_flight_max:
+            if self._window_open():
+                # With the window full, the next Accepted reply is what wakes the pipeline.
+                if self._batch_close_at is not None:
+                    candidates.append(self._batch_close_at)
                 candidates.append(self._last_proposed_at + self.settings.heartbeat_interval_ns)
             if self._sent_at:
                 candidates.append(min(self._sent_at.values()) + self.settings.accept_retry_ns)

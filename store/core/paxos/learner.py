@@ -72,7 +72,13 @@ class Learner:
             self._note_leader(src, message.ballot)
             self._on_commit(message.ballot, message.chosen_through)
         elif isinstance(message, Chosen):
+            before = self.delivered_through
             self._on_chosen(message)
+            self._deliver()
+            if self.delivered_through > before and self.delivered_through < self.chosen_through:
+                # A catch-up answer that helped: ask for the next piece at once rather than
+                # after fetch_retry_ns, so a far-behind learner catches up at network speed.
+                self._send_fetch(now_ns)
         else:
             return
         self._deliver()
