@@ -108,7 +108,9 @@ class ClusterSession(Session):
         await loader.load_through_transactions(self.target.run, rows_by_shard, progress=progress)
 
     async def rows(self, warehouses: Sequence[int]) -> dict[str, Any]:
-        return await consistency.snapshot(self.target.run, warehouses, self.shard_count)
+        return await consistency.snapshot(
+            self.target.run, warehouses, self.shard_count, page_rows=SNAPSHOT_PAGE_ROWS
+        )
 
     async def close(self) -> None:
         await self.client.close()
@@ -118,20 +120,42 @@ class _SdkTarget:
     """The driver's ``Target`` over the SDK's ``Client``.
 
     ``Client.run_detailed`` retries conflicts itself; its ``attempts`` tell how many there
-    were, so the driver still counts them as aborts.
+    were, so the driver still counts them as aborts. An ``OutcomeUnknown`` (no answer in
+    time: the transaction may have run) is asked again under the same transaction id with
+    ``Client.resume``, which never runs it twice; HISTORY rows and order ids stay exact.
     """
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.resumed = 0
 
     async def run_detailed(self, name: str, *args: Any, shard: int = 0) -> Completed:
-        outcome = await self.client.run_detailed(name, *args, route=shard)
+        from store.core.errors import OutcomeUnknown
+
+        try:
+            outcome = await self.client.run_detailed(name, *args, route=shard)
+        except OutcomeUnknown as exc:
+            outcome = await self._resume(exc)
         return Completed(
             outcome.result, outcome.certified_s, outcome.committed_s, outcome.attempts - 1
         )
 
+    async def _resume(self, error: Exception) -> Any:
+        from store.core.errors import OutcomeUnknown
+
+        pending = getattr(error, "txn", None)
+        if pending is None:
+            raise error
+        for _ in range(RESUMES_MAX):
+            self.resumed += 1
+            try:
+                return await self.client.resume(pending)
+            except OutcomeUnknown as again:
+                error = again
+        raise error
+
     async def run(self, name: str, *args: Any, shard: int = 0) -> Any:
-        return await self.client.run(name, *args, route=shard)
+        return (await self.run_detailed(name, *args, shard=shard)).result
 
 
 # ==== THE REAL CLUSTER IS CONNECTED HERE =====================================================
@@ -139,6 +163,11 @@ class _SdkTarget:
 # ``prepare_cluster`` finds (--connect) or starts one, ``connect_cluster`` opens a client.
 PROCEDURE_MODULE = "bench.tpcc.procedures:register"
 DEFAULT_BASE_PORT = 7500
+# Rows per tpcc_scan page: a page of 5000 customers is about 3.5 MB, one answer the RPC
+# layer may fail to deliver within its session timeout; 500 rows keep answers near 350 KB.
+SNAPSHOT_PAGE_ROWS = 500
+# Times one transaction whose outcome is unknown is asked for again (same id, never rerun).
+RESUMES_MAX = 5
 
 
 def cluster_file(directory: Path, shard_count: int, base_port: int) -> Path:
@@ -245,6 +274,20 @@ def _live_line(second: int, stats: Stats) -> None:
     _log(f"tpcc [{second:4d}s] {completed} transactions, {new_orders} New-Orders, {aborts} aborts")
 
 
+async def _check(session: Session, warehouses: Sequence[int], scale: Scale) -> consistency.Report:
+    """The twelve conditions on the session's data; all false if it cannot be read."""
+    from store.core.errors import MeridianError
+
+    try:
+        rows = await session.rows(warehouses)
+    except MeridianError as exc:
+        report = consistency.Report()
+        for number in consistency.CONDITIONS:
+            report.fail(number, f"could not read the data: {type(exc).__name__}: {exc}")
+        return report
+    return consistency.check(rows, scale)
+
+
 async def benchmark(
     args: argparse.Namespace, run_dir: Path, cluster_config: Any | None
 ) -> dict[str, Any]:
@@ -266,7 +309,7 @@ async def benchmark(
         del rows_by_shard
         load_s = time.monotonic() - started
         _log(f"tpcc: loaded {len(warehouses)} warehouses ({scale}) in {load_s:.1f} s")
-        after_load = consistency.check(await session.rows(warehouses), scale)
+        after_load = await _check(session, warehouses, scale)
         _log("tpcc: after the load, " + after_load.summary())
 
         config = DriverConfig(
@@ -275,12 +318,13 @@ async def benchmark(
         )
         driver = Driver(session.target, config, on_second=None if args.no_progress else _live_line)
         stats = await driver.run()
-        after_run = consistency.check(await session.rows(warehouses), scale)
+        after_run = await _check(session, warehouses, scale)
         _log("tpcc: after the run, " + after_run.summary())
     finally:
         await session.close()
 
     report = stats.report()
+    report["resumed_after_unknown_outcome"] = getattr(session.target, "resumed", 0)
     title = (
         f"TPC-C, {len(warehouses)} warehouses on {shard_count} shards, {terminals} terminals"
         + (" (in-process)" if args.local else "")
