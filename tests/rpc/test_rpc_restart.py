@@ -121,3 +121,18 @@ def test_udp_connect_timeout_is_typed() -> None:
         await asyncio.sleep(0)
 
     run(main)
+
+
+def test_sim_partition_fails_the_session_then_heals_for_a_new_one() -> None:
+    net, _server, client = sim_pair(seed=8, settings=SIM_SETTINGS)
+    session = client.create_session("server")
+    assert net.run_until(lambda: session.connected)
+    net.partition("client", "server")
+    pending = client.enqueue_request(session, 1, b"cut off")
+    assert net.run_until(pending.done)
+    assert isinstance(pending.exception(), PeerUnavailable)
+    net.heal()
+    again = client.create_session("server")
+    pending = client.enqueue_request(again, 1, b"healed")
+    assert net.run_until(pending.done)
+    assert pending.result() == b"healed"

@@ -126,3 +126,19 @@ def test_deferred_and_coroutine_handlers() -> None:
         server.close()
 
     run(main)
+
+
+def test_delay_injection_holds_packets_back() -> None:
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus(), settings=FAULTY)
+        client = Rpc.udp(Nexus(), settings=FAULTY)
+        session = await client.connect(server.address)
+        client.set_fault(server.address, delay_ns=1_000_000)
+        results = await asyncio.gather(*[client.call(session, 1, bytes([i])) for i in range(20)])
+        assert results == [bytes([i]) for i in range(20)]
+        stats = client.stats()
+        assert stats["fault_delayed"] >= 20
+        client.close()
+        server.close()
+
+    run(main)
