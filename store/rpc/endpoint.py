@@ -298,6 +298,7 @@ class RpcBase:
     # --- dispatch --------------------------------------------------------------------------
 
     def _dispatch(self, events: list[tuple[Any, ...]], now: int) -> None:
+        outer = self._in_dispatch  # dispatch may nest (a continuation destroys a session)
         self._in_dispatch = True
         try:
             pending = self._pending
@@ -320,7 +321,7 @@ class RpcBase:
                 else:
                     self._session_event(ev[1], ev[2], now)
         finally:
-            self._in_dispatch = False
+            self._in_dispatch = outer
 
     def _handle_request(
         self, session: int, generation: int, req_num: int, req_type: int, payload: bytes
