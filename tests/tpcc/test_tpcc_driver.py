@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -111,9 +112,8 @@ def test_eight_terminals_on_one_warehouse_stay_consistent() -> None:
     assert verdict.all_true, verdict.summary()
 
 
-def test_the_command_reports_json_with_the_required_fields(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def run_command(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    """Runs ``bench/tpcc.py`` in this process (it is a script, not a module of a package)."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[2] / "bench" / "tpcc.py"
@@ -121,18 +121,44 @@ def test_the_command_reports_json_with_the_required_fields(
     assert spec is not None and spec.loader is not None
     command = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(command)
-    status = command.main([
-        "--local", "--shards", "2", "--warehouses-per-shard", "1", "--duration", "1",
-        "--scale-factor", "100", "--json", "--no-progress", "--run-dir", str(tmp_path),
-    ])
-    report = json.loads(capsys.readouterr().out)
-    assert status == 0
+    status = command.main(arguments)
+    return status, json.loads(capsys.readouterr().out)
+
+
+def assert_report_is_complete(report: dict[str, Any]) -> None:
     for field in ("txn_per_s", "new_order_per_min", "abort_rate", "rollback_rate",
                   "cross_shard_fraction", "consistency", "plot"):
         assert field in report
     assert report["consistency"] == {str(n): True for n in range(1, 13)}
-    assert report["txn_per_s"] > 0
+    assert report["txn_per_s"] > 0 and not report["errors"]
+
+
+def test_the_command_reports_json_with_the_required_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, report = run_command([
+        "--local", "--shards", "2", "--warehouses-per-shard", "1", "--duration", "1",
+        "--scale-factor", "100", "--json", "--no-progress", "--run-dir", str(tmp_path),
+    ], capsys)
+    assert status == 0
+    assert_report_is_complete(report)
     assert (tmp_path / "report.json").exists() and (tmp_path / "throughput.csv").exists()
+
+
+def test_the_command_runs_on_a_cluster_of_server_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's command without --local: it starts two shard servers, loads through
+    tpcc_load, drives them through the SDK and checks the conditions through tpcc_scan."""
+    base_port = 21000 + (os.getpid() % 200) * 10
+    status, report = run_command([
+        "--shards", "2", "--warehouses-per-shard", "1", "--duration", "2", "--scale-factor", "100",
+        "--json", "--no-progress", "--run-dir", str(tmp_path), "--base-port", str(base_port),
+    ], capsys)
+    assert status == 0
+    assert_report_is_complete(report)
+    assert report["setup"]["mode"] == "cluster"
+    assert (tmp_path / "cluster" / "shard-0.log").exists()
 
 
 def test_throughput_plot_is_written_when_matplotlib_is_there(tmp_path: Path) -> None:
