@@ -225,6 +225,10 @@ static uint32_t pkt_len_for(const mr_core *c, uint32_t size, uint32_t index) {
     uint64_t rest = size - off;
     return rest < c->payload_max ? (uint32_t)rest : c->payload_max;
 }
+/* Time since `then`; 0 if the caller's clock went backwards (time is an argument here, and a
+ * caller's mistake must not look like an expired timer). */
+static uint64_t elapsed(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
+
 static void lower_deadline(mr_core *c, uint64_t at) {
     if (at < c->deadline_at) c->deadline_at = at;
 }
@@ -905,7 +909,7 @@ static void client_retransmit_scan(mr_core *c, mr_session *s, uint64_t now) {
     for (uint32_t i = 0; i < c->s.session_req_window; i++) {
         mr_slot *sl = &s->slots[i];
         if (sl->state != MR_SLOT_BUSY || sl->num_tx == sl->num_rx) continue;
-        if (now - sl->progress_at >= c->s.rto_ns) {
+        if (elapsed(now, sl->progress_at) >= c->s.rto_ns) {
             s->credits += sl->num_tx - sl->num_rx;
             sl->num_tx = sl->num_rx;
             sl->progress_at = now;
@@ -917,7 +921,7 @@ static void client_retransmit_scan(mr_core *c, mr_session *s, uint64_t now) {
     }
     if (rolled) {
         /* A ping tells a slow handler (whose duplicates the server drops) from a dead peer. */
-        if (now - s->ping_sent_at >= c->s.rto_ns) client_sm_send(c, s, MR_SM_PING_REQ, now);
+        if (elapsed(now, s->ping_sent_at) >= c->s.rto_ns) client_sm_send(c, s, MR_SM_PING_REQ, now);
         client_kick(c, s, now);
     }
 }
@@ -1155,7 +1159,7 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
             mr_session *idle = NULL;
             for (uint32_t i = 0; i < c->s.sessions_max; i++) {
                 mr_session *s = &c->sessions[i];
-                if (s->role == MR_ROLE_SERVER && now - s->alive_at >= c->s.session_timeout_ns &&
+                if (s->role == MR_ROLE_SERVER && elapsed(now, s->alive_at) >= c->s.session_timeout_ns &&
                     (idle == NULL || s->alive_at < idle->alive_at))
                     idle = s;
             }
@@ -1257,7 +1261,7 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
                 continue;
             if (b.server_incarnation == s->peer_incarnation)
                 client_session_fail(c, s, MR_ERR_INVALID_SESSION);
-            else if (now - s->ping_sent_at >= c->s.rto_ns / 10 || s->ping_sent_at == 0)
+            else if (elapsed(now, s->ping_sent_at) >= c->s.rto_ns / 10 || s->ping_sent_at == 0)
                 client_sm_send(c, s, MR_SM_PING_REQ, now);
         }
         return;
@@ -1339,12 +1343,12 @@ void mr_core_tick(mr_core *c, uint64_t now) {
         switch (s->state) {
         case MR_SS_CONNECTING:
         case MR_SS_DISCONNECTING:
-            if (now - s->sm_started_at >= c->s.session_timeout_ns) {
+            if (elapsed(now, s->sm_started_at) >= c->s.session_timeout_ns) {
                 if (s->state == MR_SS_CONNECTING)
                     client_session_fail(c, s, MR_ERR_TIMEOUT);
                 else
                     session_release(c, s);
-            } else if (now - s->sm_sent_at >= c->s.rto_ns) {
+            } else if (elapsed(now, s->sm_sent_at) >= c->s.rto_ns) {
                 client_sm_send(c, s, s->state == MR_SS_CONNECTING ? MR_SM_CONNECT_REQ
                                                                   : MR_SM_DISCONNECT_REQ,
                                now);
@@ -1354,7 +1358,7 @@ void mr_core_tick(mr_core *c, uint64_t now) {
             break;
         case MR_SS_CONNECTED:
             if (s->busy_slots == 0) break;
-            if (now - s->alive_at >= c->s.session_timeout_ns) {
+            if (elapsed(now, s->alive_at) >= c->s.session_timeout_ns) {
                 client_session_fail(c, s, MR_ERR_TIMEOUT);
                 break;
             }
