@@ -1,0 +1,1 @@
+"""Generated gRPC/protobuf code (from ``proto/``) and its adapters; see replication.proto."""

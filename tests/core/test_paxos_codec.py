@@ -1,0 +1,113 @@
+"""Wire encoding of the Paxos stream messages: round trips, and strict validation — every
+malformed input is an ``InvalidRequest`` and nothing else (DESIGN.md §1 "bad input")."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.core.errors import InvalidRequest
+from store.core.paxos import (
+    INF,
+    NOOP,
+    Accept,
+    Accepted,
+    Ballot,
+    Chosen,
+    Commit,
+    Entry,
+    EntryKind,
+    Fetch,
+    PaxosMessage,
+    Prepare,
+    Promise,
+    Reject,
+    decode,
+    encode,
+)
+from store.core.vclock import VectorClock
+
+B1, B2 = Ballot(1, "us"), Ballot(2, "eu")
+BATCH = Entry(EntryKind.BATCH, [["put", "k", 1], {"nested": [1, b"x"]}, None], [3, 5, 8],
+              VectorClock({0: 8, 2: 1}), 8)
+MESSAGES: list[PaxosMessage] = [
+    Prepare(1, B1, 0),
+    Promise(1, B2, 3, [(3, B1, BATCH), (4, B1, NOOP), (5, B2, INF)], True),
+    Accept(2, B1, 7, BATCH, 5),
+    Accepted(2, B1, 7),
+    Reject(2, B1, B2),
+    Commit(2, B1, 8),
+    Fetch(2, 0, 100),
+    Chosen(2, 5, [BATCH, Entry(EntryKind.BATCH, watermark=10)]),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip(message: PaxosMessage) -> None:
+    assert decode(encode(message)) == message
+
+
+def pack(value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+ENTRY = [0, [], [], [], 0]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",
+        pack({"a": 1}),
+        pack([]),
+        pack([999, 1]),
+        pack([101, 1, [1, "us"]]),  # too few fields
+        pack([101, -1, [1, "us"], 0]),  # negative stream
+        pack([101, 1, [1, 2], 0]),  # ballot leader not a string
+        pack([101, 1, [1, "us", 3], 0]),  # ballot of three fields
+        pack([103, 1, [1, "us"], 0, [5, [], [], [], 0], 0]),  # unknown entry kind
+        pack([103, 1, [1, "us"], 0, [0, ["r"], [], [], 0], 0]),  # record without counter
+        pack([103, 1, [1, "us"], 0, [1, ["r"], [1], [], 0], 0]),  # no-op with records
+        pack([103, 1, [1, "us"], 0, [0, [], [], [1], 0], 0]),  # odd vector clock
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], "w"], 0]),  # watermark not an int
+        pack([102, 1, [1, "us"], 0, [[0, [1, "us"]]], True]),  # accepted item of two
+        pack([102, 1, [1, "us"], 0, [], 1]),  # complete not a bool
+        pack([108, 1, 0, [ENTRY, "x"]]),
+        pack([108, 1, 0, list(range(70_000))]),  # longer than any message may be
+    ],
+)
+def test_malformed_input_is_an_invalid_request(data: bytes) -> None:
+    with pytest.raises(InvalidRequest):
+        decode(data)
+
+
+def test_oversized_input_is_refused_before_parsing() -> None:
+    with pytest.raises(InvalidRequest):
+        decode(encode(MESSAGES[2]), max_bytes=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_garbage_never_raises_anything_but_invalid_request(data: bytes) -> None:
+    with contextlib.suppress(InvalidRequest):
+        decode(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(MESSAGES), st.data())
+def test_mutated_messages_never_raise_anything_but_invalid_request(
+    message: PaxosMessage, data: st.DataObject
+) -> None:
+    raw = bytearray(encode(message))
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(raw) - 1))
+        raw[position] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(InvalidRequest):
+        decode(bytes(raw))
