@@ -1,0 +1,7 @@
+"""``python -m store.wan``: the same as ``meridian wan-proxy``."""
+
+import sys
+
+from store.wan.cli import main
+
+sys.exit(main())
