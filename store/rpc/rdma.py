@@ -12,7 +12,10 @@ reason. Treat it as a starting point that states the design, not as a tested tra
 The per-packet work here is Python (pyverbs is a Python API); a production RDMA path would
 move polling and posting into native/ like the UDP path.
 
-An address is (gid: 16 bytes, qpn, lid); the core sees it as 22 opaque bytes.
+An address is (gid: 16 bytes, qpn, lid); the core sees it as 22 opaque bytes. The sender's
+GID is read from bytes 8..24 of the received GRH, which holds on InfiniBand and RoCE with IPv6
+GIDs; with RoCE v2 over IPv4 the 40-byte area holds an IPv4 header in its last 20 bytes
+instead, which this code does not decode yet (a known gap).
 """
 
 from __future__ import annotations
