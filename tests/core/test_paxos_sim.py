@@ -210,7 +210,7 @@ class Run:
         if rng.random() < 0.75:
             self.takeover_at = rng.randrange(100, 350) * MS
             self.sim.at(self.takeover_at, self.take_over, rng.choice(["eu", "ap"]),
-                        rng.random() < 0.3)
+                        rng.choice(["partition", "partition", "crash", "duel"]))
         self.sim.at(self.heal_ns, self.network.heal)
 
     def append(self) -> None:
@@ -233,14 +233,15 @@ class Run:
         if self.takeover_at is None or self.sim.now_ns < self.takeover_at:
             self.network.heal()
 
-    def take_over(self, region: str, crash_old: bool) -> None:
-        """The old leader is cut off (or crashed); ``region`` leads with a higher ballot."""
+    def take_over(self, region: str, mode: str) -> None:
+        """``region`` leads with a higher ballot while the old leader is cut off
+        (``partition``), crashed (``crash``) or still running and proposing (``duel``)."""
         self.network.heal()
         old = self.leader_region
-        if crash_old:
+        if mode == "crash":
             self.network.crash(old)
             self.crashed = old
-        else:
+        elif mode == "partition":
             self.network.partition([old], [r for r in REGIONS if r != old])
         host = self.hosts[region]
         follower = host.role

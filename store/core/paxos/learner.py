@@ -58,6 +58,7 @@ class Learner:
         self._outbox: list[tuple[str, PaxosMessage]] = []
         self._gap_since: int | None = None
         self._fetch_at: int | None = None
+        self._fetched_to = first_slot  # the end of the last slot range asked for
         self.fetches_sent = 0
 
     # ---- entry points ------------------------------------------------------------------
@@ -77,8 +78,9 @@ class Learner:
             self._deliver()
             if self.delivered_through > before and self.delivered_through < self.chosen_through:
                 # A catch-up answer that helped: ask for the next piece at once rather than
-                # after fetch_retry_ns, so a far-behind learner catches up at network speed.
-                self._send_fetch(now_ns)
+                # after fetch_retry_ns, keeping fetches_in_flight_max pieces on the wire, so
+                # a far-behind learner catches up at network speed.
+                self._fetch_next_piece()
         else:
             return
         self._deliver()
@@ -120,7 +122,9 @@ class Learner:
         if len(self._commit_by_ballot) > 8:  # only recent ballots matter; bound the map
             del self._commit_by_ballot[min(self._commit_by_ballot)]
         self.chosen_through = max(self.chosen_through, chosen_through)
-        for slot in range(max(previous, self.delivered_through), chosen_through):
+        # Proposals are only held within the window, so only the window needs a look.
+        window_end = self.delivered_through + self.settings.learner_window_slots
+        for slot in range(max(previous, self.delivered_through), min(chosen_through, window_end)):
             held = self._proposals.get(slot)
             if held is not None and held[0] == ballot:
                 self._mark_chosen(slot, held[1])
@@ -159,12 +163,19 @@ class Learner:
             self._fetch_at = now_ns + self.settings.fetch_retry_ns
 
     def _send_fetch(self, now_ns: int) -> None:
+        """The gap is old: ask again from the delivery point, several pieces at once."""
         self._fetch_at = now_ns + self.settings.fetch_retry_ns
-        if self.leader is None:
+        self._fetched_to = self.delivered_through
+        for _ in range(self.settings.fetches_in_flight_max):
+            self._fetch_next_piece()
+
+    def _fetch_next_piece(self) -> None:
+        from_slot = max(self._fetched_to, self.delivered_through)
+        if self.leader is None or from_slot >= self.chosen_through:
             return
-        to_slot = min(self.chosen_through,
-                      self.delivered_through + self.settings.fetch_entries_max)
-        self._outbox.append((self.leader, Fetch(self.stream, self.delivered_through, to_slot)))
+        to_slot = min(self.chosen_through, from_slot + self.settings.fetch_entries_max)
+        self._outbox.append((self.leader, Fetch(self.stream, from_slot, to_slot)))
+        self._fetched_to = to_slot
         self.fetches_sent += 1
 
 

@@ -121,6 +121,8 @@ class StreamSettings:
     # A learner asks the leader for chosen slots it is missing once the gap is this old,
     # and again at this interval.
     fetch_retry_ns: int = 100 * MS
+    # Fetch requests (of fetch_entries_max slots each) a catching-up learner keeps on the wire.
+    fetches_in_flight_max: int = 4
     # Entries per Promise (phase 1b) and per Chosen reply; longer answers come in pieces.
     promise_entries_max: int = 1024
     fetch_entries_max: int = 256
