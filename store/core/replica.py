@@ -129,7 +129,7 @@ class ShardLeader:
                     self._outbox.append((address, gossip))
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
-            self.store.collect_garbage(self.vw.entries)
+            self.store.collect_garbage(self.vw.entries, self.settings.gc_keys_per_pass_max)
         self._refresh_watermark()
 
     def ready(self) -> Ready:

@@ -31,6 +31,8 @@ class Settings:
     gossip_interval_ns: int = 5 * MS
     # Garbage collection of versions nobody can read.
     gc_interval_ns: int = 50 * MS
+    # Keys one garbage-collection pass visits at most, so a pass never stalls the server.
+    gc_keys_per_pass_max: int = 2000
     # Outcomes remembered for client retries (exactly-once) and finished txns per participant.
     outcomes_remembered_max: int = 100_000
     finished_txns_remembered_max: int = 100_000

@@ -69,7 +69,9 @@ class VersionedStore:
         self._locks: dict[str, int] = {}
         self._locked_by_table: dict[str, SortedSet] = {}
         self._next_vid = 1
-        self._dirty: set[str] = set()
+        # Keys that may hold versions nobody can read, oldest first (a dict: a FIFO without
+        # duplicates whose order does not depend on string hashing).
+        self._dirty: dict[str, None] = {}
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -191,9 +193,11 @@ class VersionedStore:
             if table is None:
                 table = self._tables[table_name] = SortedSet()
             table.add(key)
+            if deleted:
+                self._dirty[key] = None
         else:
             chain.append(version)
-        self._dirty.add(key)
+            self._dirty[key] = None  # a first version has nothing older to collect
         return version
 
     def reveal(self, key: str, txn_id: int) -> None:
@@ -207,15 +211,22 @@ class VersionedStore:
         for version in self._chain(key) or ():
             if version.txn_id == txn_id and version.state in (CERTIFIED, HIDDEN):
                 version.state = ROLLED_BACK
-                self._dirty.add(key)
+                self._dirty[key] = None
                 return True
         return False
 
-    def collect_garbage(self, watermark: Mapping[int, int]) -> int:
-        """Drops versions nobody can read; returns how many went. Only touches dirty keys."""
+    def collect_garbage(self, watermark: Mapping[int, int], keys_max: int = 1 << 62) -> int:
+        """Drops versions nobody can read; returns how many went.
+
+        Visits at most ``keys_max`` of the keys that may hold garbage, oldest first, so that
+        one pass never stalls the server; keys that still need work go to the back.
+        """
         dropped = 0
-        still_dirty: set[str] = set()
-        for key in sorted(self._dirty):
+        dirty = self._dirty
+        still_dirty: list[str] = []
+        for _ in range(min(keys_max, len(dirty))):
+            key = next(iter(dirty))
+            del dirty[key]
             chain = self._chain(key)
             if not chain:
                 continue
@@ -226,7 +237,7 @@ class VersionedStore:
                     keep_from = index
                     break
             if keep_from is None:
-                still_dirty.add(key)
+                still_dirty.append(key)
                 continue
             kept = [chain[keep_from]] + [
                 v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
@@ -240,6 +251,10 @@ class VersionedStore:
             dropped += len(chain) - len(kept)
             chain[:] = kept
             if len(kept) > 1:
-                still_dirty.add(key)
-        self._dirty = still_dirty
+                still_dirty.append(key)
+        for key in still_dirty:
+            dirty[key] = None
         return dropped
+
+    def garbage_candidates(self) -> int:
+        return len(self._dirty)

@@ -66,3 +66,16 @@ def test_gc_keeps_the_newest_durable_version_and_everything_above_it() -> None:
     store.collect_garbage({0: 7})
     assert store.chain("t/b") == []  # a durable tombstone with nothing above: gone
     assert [v.value for v in store.chain("t/a")] == [5]
+
+
+def test_a_gc_pass_is_bounded_and_resumes_where_it_stopped() -> None:
+    store = VersionedStore()
+    for i in range(10):
+        store.install(f"t/{i}", 0, False, vc(s0=1), 0, 1)
+    assert store.garbage_candidates() == 0  # a first version leaves nothing to collect
+    for i in range(10):
+        store.install(f"t/{i}", 1, False, vc(s0=2), 0, 2)
+    assert store.collect_garbage({0: 2}, keys_max=4) == 4
+    assert store.garbage_candidates() == 6
+    assert store.collect_garbage({0: 2}, keys_max=100) == 6
+    assert all(len(store.chain(f"t/{i}")) == 1 for i in range(10))
