@@ -94,6 +94,9 @@ class _Link:
             "jitter_ms": self.jitter_ms,
             "partition": self.partition,
             "connections": len(self.connections),
+            "queued_bytes": sum(
+                pipe.line.queued_bytes for c in self.connections for pipe in c.pipes
+            ),
             "accepted": self.accepted,
             "resets": self.resets,
             "bytes_forwarded": self.bytes_forwarded,

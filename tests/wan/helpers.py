@@ -3,6 +3,7 @@ proxy's own loop is the only event loop involved."""
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import socketserver
 import threading
@@ -26,13 +27,22 @@ class _Echo(socketserver.BaseRequestHandler):
 
 
 class _Sink(socketserver.BaseRequestHandler):
-    """Reads to end of stream, then answers with the byte count (8 bytes, big-endian)."""
+    """Reads to end of stream, then answers with the byte count (8 bytes, big-endian) and
+    the SHA-256 of what it read."""
+
+    stall_s = 0.0
 
     def handle(self) -> None:
-        total = 0
+        time.sleep(self.stall_s)  # lets the proxy's writes back up
+        total, digest = 0, hashlib.sha256()
         while data := self.request.recv(1 << 20):
             total += len(data)
-        self.request.sendall(total.to_bytes(8, "big"))
+            digest.update(data)
+        self.request.sendall(total.to_bytes(8, "big") + digest.digest())
+
+
+class _StallingSink(_Sink):
+    stall_s = 0.5
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -42,7 +52,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
 @contextmanager
 def server(kind: str) -> Iterator[Address]:
-    handler = {"echo": _Echo, "sink": _Sink}[kind]
+    handler = {"echo": _Echo, "sink": _Sink, "stalling-sink": _StallingSink}[kind]
     srv = _Server((TARGET_HOST, 0), handler)
     thread = threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True)
     thread.start()
