@@ -118,7 +118,13 @@ class _Pipe:
 
     def push(self, data: bytes | None) -> None:
         link = self.connection.link
-        self.line.push(data, time.monotonic_ns(), link.delay_ns, link.jitter_ns)
+        now_ns = time.monotonic_ns()
+        self.line.push(data, now_ns, link.delay_ns, link.jitter_ns)
+        if self.line.is_due(now_ns) and self.dest is not None and not self.dest_paused:
+            # Zero delay: write now rather than pay a trip through the timer queue.
+            self.cancel()
+            self._fire()
+            return
         if (
             self.line.queued_bytes >= self.connection.proxy.buffer_bytes_max
             and not self.source_paused
