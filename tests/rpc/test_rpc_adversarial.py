@@ -21,7 +21,7 @@ CORE_SETTINGS = {"mtu_bytes": 80, "msg_size_max": 4096, "session_credits": 4,
 SETTLE_STEPS_MAX = 20_000
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6),
     schedule=st.lists(
