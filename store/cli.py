@@ -116,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(run=cmd_status)
 
     demo = commands.add_parser(
-        "demo", help="the main job: start a local cluster, run a short microbenchmark, stop"
+        "demo", help="the main job: a short microbenchmark and a short TPC-C on local clusters"
     )
-    demo.add_argument("--duration", type=float, default=10.0, help="seconds of load")
+    demo.add_argument("--duration", type=float, default=15.0, help="seconds of load, each")
     demo.set_defaults(run=cmd_demo)
     return parser
 
@@ -155,14 +155,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job: a local cluster, a short microbenchmark with live progress, stopped."""
+    """The main job: Mako's microbenchmark, then TPC-C, each on a local cluster it starts
+    and stops, with live progress and a report."""
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "bench" / "micro.py"
-    if not script.exists():
-        raise SystemExit("meridian demo runs bench/micro.py from a source checkout")
-    command = [sys.executable, str(script), "--shards", "2", "--duration", str(args.duration)]
-    return subprocess.call(command)
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    if not (bench / "micro.py").exists():
+        raise SystemExit("meridian demo runs bench/ from a source checkout")
+    seconds = str(args.duration)
+    code = subprocess.call(
+        [sys.executable, str(bench / "micro.py"), "--shards", "2", "--duration", seconds]
+    )
+    print(flush=True)
+    return code | subprocess.call(
+        [sys.executable, str(bench / "tpcc.py"), "--shards", "2", "--warehouses-per-shard", "1",
+         "--duration", seconds]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
