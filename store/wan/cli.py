@@ -16,7 +16,7 @@ from store.wan.proxy import BUFFER_BYTES_MAX, WanProxy
 from store.wan.thread import new_event_loop
 
 _CONFIG_KEYS = {"delay_ms", "jitter_ms", "seed", "control", "buffer_bytes_max", "links"}
-_LINK_KEYS = {"name", "listen", "target", "delay_ms", "jitter_ms", "from", "to"}
+_LINK_KEYS = {"name", "listen", "target", "source", "delay_ms", "jitter_ms", "from", "to"}
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -30,8 +30,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--link",
         action="append",
         default=[],
-        metavar="NAME=LISTEN>TARGET",
-        help="a link, e.g. 'us-eu=127.0.0.1:17001>127.0.0.2:7001' (repeatable; quote the >)",
+        metavar="NAME=LISTEN>TARGET[@SOURCE]",
+        help="a link, e.g. 'us-eu=127.0.0.1:17001>127.0.0.2:7001' (repeatable; quote the >); "
+        "@SOURCE: host to connect to the target from",
     )
     parser.add_argument("--config", type=Path, help="TOML file with a [[links]] list")
     parser.add_argument("--delay-ms", type=float, help="one-way delay per direction (default 0)")
@@ -69,6 +70,7 @@ def _config_links(config: dict[str, Any], delay_ms: float, jitter_ms: float) -> 
                 entry.get("delay_ms", delay_ms),
                 entry.get("jitter_ms", jitter_ms),
                 regions,
+                str(entry["source"]) if "source" in entry else None,
             )
         )
     return specs

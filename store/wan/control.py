@@ -96,6 +96,8 @@ class ControlServer:
             raw = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             return {"ok": False, "error": f"not JSON: {error}"}
+        except RecursionError:
+            return {"ok": False, "error": "not JSON: nested too deeply"}
         return self.proxy.execute(raw)
 
     @staticmethod

@@ -73,6 +73,10 @@ class LinkSpec:
     delay_ms: float = 0.0
     jitter_ms: float = 0.0
     regions: frozenset[str] = field(default=frozenset())
+    # Host the proxy connects to the target from, so that the target sees the caller's
+    # region address (e.g. 127.0.0.2 for a link carrying eu's calls); None lets the kernel
+    # choose.
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -83,11 +87,19 @@ class LinkSpec:
 
 
 def parse_link(text: str, delay_ms: float = 0.0, jitter_ms: float = 0.0) -> LinkSpec:
-    """``NAME=LISTEN>TARGET``, e.g. ``us-eu=127.0.0.1:17001>127.0.0.2:7001``."""
+    """``NAME=LISTEN>TARGET[@SOURCE]``, e.g. ``us-eu=127.0.0.1:17001>127.0.0.2:7001``."""
     name, sep, rest = text.partition("=")
     listen, arrow, target = rest.partition(">")
     if not sep or not arrow:
-        raise InvalidLink(f"link {text!r} is not NAME=LISTEN>TARGET")
+        raise InvalidLink(f"link {text!r} is not NAME=LISTEN>TARGET[@SOURCE]")
+    target, at, source = target.partition("@")
+    if at and not source.strip():
+        raise InvalidLink(f"link {text!r}: empty source host after @")
     return LinkSpec(
-        name.strip(), parse_address(listen), parse_address(target), delay_ms, jitter_ms
+        name.strip(),
+        parse_address(listen),
+        parse_address(target),
+        delay_ms,
+        jitter_ms,
+        source=source.strip() or None,
     )

@@ -89,6 +89,7 @@ class _Link:
             "name": self.spec.name,
             "listen": str(self.bound),
             "target": str(self.spec.target),
+            "source": self.spec.source,
             "regions": sorted(self.spec.regions),
             "delay_ms": self.delay_ms,
             "jitter_ms": self.jitter_ms,
@@ -265,9 +266,13 @@ class _Connection:
 
     async def _connect(self) -> None:
         target = self.link.spec.target
+        source = self.link.spec.source
         try:
             await self.proxy.loop.create_connection(
-                lambda: _Side(self, UPSTREAM), target.host, target.port
+                lambda: _Side(self, UPSTREAM),
+                target.host,
+                target.port,
+                local_addr=(source, 0) if source is not None else None,
             )
         except OSError:
             self.reset()  # the target refused or is unreachable: the client sees a reset
