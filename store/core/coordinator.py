@@ -62,9 +62,9 @@ SOLO = 4
 DECIDED = 5  # certified: installs may still be in flight
 ABORTING = 6  # aborted: abort requests may still be in flight
 
-# Observer of certification, for the simulator's invariant checks:
-# (txn_id, vc, writer txn ids of every version read).
-CertifiedObserver = Callable[[int, VectorClock, list[int]], None]
+# Observer of certification, for the simulator's invariant checks: (txn_id, vc, the clock
+# before durable entries were dropped, writer txn ids of every version read).
+CertifiedObserver = Callable[[int, VectorClock, VectorClock, list[int]], None]
 
 
 class _Txn:
@@ -77,6 +77,9 @@ class _Txn:
         "conflict",
         "coro",
         "counters",
+        "deps",
+        "durable",
+        "full_vc",
         "phase",
         "read_count",
         "read_from",
@@ -116,6 +119,9 @@ class _Txn:
         self.read_count = 0
         self.conflict = False
         self.counters: dict[int, int] = {}
+        self.deps = EMPTY
+        self.durable = EMPTY
+        self.full_vc = EMPTY
         self.write_shards: dict[int, list[Write]] = {}
         self.vc = EMPTY
         self.certified = False
@@ -368,7 +374,7 @@ class Coordinator:
         }
         participants = sorted(read_shards | txn.write_shards.keys())
         if not participants:
-            self._certified(now_ns, txn, EMPTY)
+            self._certified(now_ns, txn, EMPTY, EMPTY)
             return
         if len(participants) == 1:
             shard = participants[0]
@@ -377,13 +383,13 @@ class Coordinator:
             writes = txn.write_shards.get(shard, [])
             self.counters["solo"] += 1
             if shard == self.shard:
-                vc = self.participant.certify_solo(
+                clocks = self.participant.certify_solo(
                     txn.txn_id, reads, scans, writes, txn.read_vc, self.epoch
                 )
-                if vc is None:
+                if clocks is None:
                     self._aborted(txn, "conflict")
                 else:
-                    self._certified(now_ns, txn, vc)
+                    self._certified(now_ns, txn, clocks[0], clocks[1])
             else:
                 txn.phase = SOLO
                 self._request(
@@ -400,11 +406,12 @@ class Coordinator:
         for shard, writes in sorted(txn.write_shards.items()):
             keys = [key for key, _, _ in writes]
             if shard == self.shard:
-                ok, counter = self.participant.lock(txn.txn_id, keys)
+                ok, counter, deps = self.participant.lock(txn.txn_id, keys)
                 if not ok:
                     self._abort_everywhere(now_ns, txn, "lock conflict")
                     return
                 txn.counters[shard] = counter
+                txn.deps = txn.deps.merge(deps)
             else:
                 txn.waiting.add(shard)
                 self._request(now_ns, txn.txn_id, shard, LockRequest(txn.txn_id, keys))
@@ -421,14 +428,20 @@ class Coordinator:
             self._abort_everywhere(now_ns, txn, "lock conflict")
             return
         txn.counters[reply.shard] = reply.counter
+        txn.deps = txn.deps.merge(reply.deps)
         if not txn.waiting:
             self._start_validation(now_ns, txn)
 
     def _start_validation(self, now_ns: int, txn: _Txn) -> None:
         txn.phase = VALIDATING
-        vc = txn.read_vc
+        full = txn.read_vc.merge(txn.deps)
         for shard, counter in txn.counters.items():
-            vc = vc.with_entry(shard, counter)
+            full = full.with_entry(shard, counter)
+        # Sparse clocks (DESIGN.md §4): entries at or below the known vector watermark are
+        # durable and carry no information; participants learn them as watermarks instead.
+        vc = full.above(self.vw.entries)
+        txn.durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
+        txn.full_vc = full
         txn.vc = vc
         read_shards = sorted(
             {s for s, reads in txn.reads.items() if reads}
@@ -438,12 +451,14 @@ class Coordinator:
             reads = list(txn.reads.get(shard, {}).items())
             scans = txn.scans.get(shard, [])
             if shard == self.shard:
-                if not self.participant.validate(txn.txn_id, reads, scans):
+                if not self.participant.validate(txn.txn_id, reads, scans, txn.vc):
                     self._abort_everywhere(now_ns, txn, "validation failed")
                     return
             else:
                 txn.waiting.add(shard)
-                self._request(now_ns, txn.txn_id, shard, ValidateRequest(txn.txn_id, reads, scans))
+                self._request(
+                    now_ns, txn.txn_id, shard, ValidateRequest(txn.txn_id, reads, scans, txn.vc)
+                )
         if not txn.waiting:
             self._decide(now_ns, txn)
 
@@ -467,8 +482,13 @@ class Coordinator:
                 self.participant.install(txn.txn_id, writes, txn.vc, self.epoch)
             else:
                 txn.waiting.add(shard)
-                self._request(now_ns, txn.txn_id, shard, InstallRequest(txn.txn_id, writes, txn.vc, self.epoch))
-        self._certified(now_ns, txn, txn.vc)
+                self._request(
+                    now_ns,
+                    txn.txn_id,
+                    shard,
+                    InstallRequest(txn.txn_id, writes, txn.vc, self.epoch, txn.durable),
+                )
+        self._certified(now_ns, txn, txn.vc, txn.full_vc)
 
     def on_solo_reply(self, now_ns: int, reply: SoloReply) -> None:
         txn = self._txns.get(reply.txn_id)
@@ -476,7 +496,7 @@ class Coordinator:
             return
         self._pending.pop((txn.txn_id, reply.shard), None)
         if reply.ok:
-            self._certified(now_ns, txn, reply.vc)
+            self._certified(now_ns, txn, reply.vc, reply.vc.merge(reply.durable))
         else:
             self._aborted(txn, "conflict")
 
@@ -496,15 +516,18 @@ class Coordinator:
         self._pending.pop((txn.txn_id, reply.shard), None)
         self._forget_if_done(txn)
 
-    def _certified(self, now_ns: int, txn: _Txn, vc: VectorClock) -> None:
-        assert txn.read_vc <= vc, "vector clock below a version it read (DESIGN.md §3)"
+    def _certified(self, now_ns: int, txn: _Txn, vc: VectorClock, full: VectorClock) -> None:
+        """``full``: ``vc`` with the entries dropped as durable put back."""
+        assert txn.read_vc <= full, "vector clock below a version it read (DESIGN.md §3)"
+        assert vc <= full
         txn.vc = vc
+        txn.full_vc = full
         txn.certified = True
         if txn.phase != DECIDED:
             txn.phase = DECIDED
         self.counters["certified"] += 1
         if self._observer is not None:
-            self._observer(txn.txn_id, vc, txn.read_from)
+            self._observer(txn.txn_id, vc, full, txn.read_from)
         if txn.want_certified and self.settings.speculation:
             self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
         self._awaiting_commit[txn.txn_id] = txn

@@ -111,25 +111,38 @@ class LockRequest(Message):
 
 
 class LockReply(Message):
-    __slots__ = ("counter", "ok", "shard", "txn_id", "watermark")
+    """``deps``: the clocks of what the writes will overwrite and of the transactions that
+    validated reads of those keys (write-write and read-write dependencies)."""
 
-    def __init__(self, txn_id: int, shard: int, ok: bool, counter: int, watermark: int) -> None:
+    __slots__ = ("counter", "deps", "ok", "shard", "txn_id", "watermark")
+
+    def __init__(
+        self, txn_id: int, shard: int, ok: bool, counter: int, deps: VectorClock, watermark: int
+    ) -> None:
         self.txn_id = txn_id
         self.shard = shard
         self.ok = ok
         self.counter = counter
+        self.deps = deps
         self.watermark = watermark
 
 
 class ValidateRequest(Message):
-    __slots__ = ("reads", "scans", "txn_id")
+    """``vc``: the transaction's clock, stamped on the keys it read (see participant.py)."""
+
+    __slots__ = ("reads", "scans", "txn_id", "vc")
 
     def __init__(
-        self, txn_id: int, reads: list[tuple[str, int]], scans: list[RecordedScan]
+        self,
+        txn_id: int,
+        reads: list[tuple[str, int]],
+        scans: list[RecordedScan],
+        vc: VectorClock,
     ) -> None:
         self.txn_id = txn_id
         self.reads = reads
         self.scans = scans
+        self.vc = vc
 
 
 class ValidateReply(Message):
@@ -143,13 +156,24 @@ class ValidateReply(Message):
 
 
 class InstallRequest(Message):
-    __slots__ = ("epoch", "txn_id", "vc", "writes")
+    """``durable``: the clock entries the coordinator dropped from ``vc`` because they were
+    at or below its vector watermark; the participant learns them as watermarks."""
 
-    def __init__(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
+    __slots__ = ("durable", "epoch", "txn_id", "vc", "writes")
+
+    def __init__(
+        self,
+        txn_id: int,
+        writes: list[Write],
+        vc: VectorClock,
+        epoch: int,
+        durable: VectorClock,
+    ) -> None:
         self.txn_id = txn_id
         self.writes = writes
         self.vc = vc
         self.epoch = epoch
+        self.durable = durable
 
 
 class InstallReply(Message):
@@ -199,14 +223,25 @@ class SoloRequest(Message):
 
 
 class SoloReply(Message):
-    __slots__ = ("ok", "shard", "txn_id", "vc", "watermark")
+    """``durable``: clock entries dropped from ``vc`` as durable (see InstallRequest)."""
 
-    def __init__(self, txn_id: int, shard: int, ok: bool, vc: VectorClock, watermark: int) -> None:
+    __slots__ = ("durable", "ok", "shard", "txn_id", "vc", "watermark")
+
+    def __init__(
+        self,
+        txn_id: int,
+        shard: int,
+        ok: bool,
+        vc: VectorClock,
+        watermark: int,
+        durable: VectorClock,
+    ) -> None:
         self.txn_id = txn_id
         self.shard = shard
         self.ok = ok
         self.vc = vc
         self.watermark = watermark
+        self.durable = durable
 
 
 class Gossip(Message):

@@ -15,6 +15,18 @@ with every participant shard:
    the epoch, release the locks and hand the counter to the durability layer; or **abort**:
    release the locks and settle the counter as aborted.
 
+Dependencies beyond reads. A transaction's vector clock must dominate the clock of every
+transaction it depends on in any way — not only those it read from (write-read), but also
+those whose versions it overwrites (write-write) and those that read what it overwrites
+(read-write anti-dependencies) — so that the set of transactions at or below any vector
+watermark is closed under every dependency: a follower's snapshot at that watermark is then
+a consistent cut (DESIGN.md §4), and recovery rolls back everything that depended on a lost
+transaction (§5). Write-write: the lock round returns the clocks of the versions the writes
+will overwrite. Read-write: a successful validation stamps the transaction's clock on the
+keys it read (and on the tables it scanned); a later lock on those keys returns the stamps.
+A reader that validates after a writer locked the key fails instead (the key is locked), so
+either the stamp is there when the writer locks, or the reader aborts.
+
 Every request is idempotent: a retransmitted lock gets the same counter, a retransmitted
 install is acknowledged, and a lock that arrives after its abort (reordering) is refused,
 because finished transactions are remembered (a bounded number of them).
@@ -30,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
 from store.core.messages import ReadItem, RecordedScan, ScanRange, Write
+from store.core.partition import table_of
 from store.core.settings import Settings
 from store.core.storage import CERTIFIED, HIDDEN, VersionedStore
 from store.core.vclock import EMPTY, VectorClock
@@ -45,11 +58,12 @@ OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
 
 
 class _Held:
-    __slots__ = ("counter", "keys")
+    __slots__ = ("counter", "deps", "keys")
 
-    def __init__(self, keys: list[str], counter: int) -> None:
+    def __init__(self, keys: list[str], counter: int, deps: VectorClock) -> None:
         self.keys = keys
         self.counter = counter
+        self.deps = deps
 
 
 class Participant:
@@ -72,7 +86,12 @@ class Participant:
         self._finished: OrderedDict[int, tuple[int, int]] = OrderedDict()
         # Clocks of recent solo certifications, so a retransmitted solo request is answered
         # with the first outcome.
-        self._solo_vcs: OrderedDict[int, VectorClock] = OrderedDict()
+        self._solo_vcs: OrderedDict[int, tuple[VectorClock, VectorClock]] = OrderedDict()
+        # Read-write dependency stamps: the merged clocks of transactions that validated a
+        # read of a key (or a scan of a table). Entries at or below the vector watermark carry
+        # nothing and are dropped by garbage collection.
+        self._read_stamps: dict[str, VectorClock] = {}
+        self._scan_stamps: dict[str, VectorClock] = {}
         # Speculation off: installed transactions whose versions stay hidden and whose locks
         # stay held until they commit. txn_id -> (vc, keys); a heap per blocking shard.
         self._speculation = settings.speculation
@@ -111,23 +130,91 @@ class Participant:
 
     # ---- certification -------------------------------------------------------------------
 
-    def lock(self, txn_id: int, keys: list[str]) -> tuple[bool, int]:
-        """Locks ``keys`` for ``txn_id`` and draws a counter; (ok, counter)."""
+    def lock(self, txn_id: int, keys: list[str]) -> tuple[bool, int, VectorClock]:
+        """Locks ``keys`` for ``txn_id`` and draws a counter; (ok, counter, dependencies)."""
         held = self._held.get(txn_id)
         if held is not None:
-            return True, held.counter
+            return True, held.counter, held.deps
         finished = self._finished.get(txn_id)
         if finished is not None:
             state, counter = finished
-            return state == INSTALLED, counter
+            return state == INSTALLED, counter, EMPTY
         if not self._skip_locking and not self.store.try_lock_all(keys, txn_id):
-            return False, 0
+            return False, 0, EMPTY
         counter = self.watermark.draw()
-        self._held[txn_id] = _Held(keys, counter)
-        return True, counter
+        deps = self.dependencies(keys)
+        self._held[txn_id] = _Held(keys, counter, deps)
+        return True, counter, deps
+
+    def dependencies(self, keys: Iterable[str]) -> VectorClock:
+        """Clocks a writer of ``keys`` must dominate: the versions it overwrites and the
+        validated readers of those keys (and scanners of their tables)."""
+        deps = EMPTY
+        latest = self.store.latest
+        stamps, scan_stamps = self._read_stamps, self._scan_stamps
+        for key in keys:
+            version = latest(key)
+            if version is not None:
+                deps = deps.merge(version.vc)
+            stamp = stamps.get(key)
+            if stamp is not None:
+                deps = deps.merge(stamp)
+            if scan_stamps:
+                table_stamp = scan_stamps.get(table_of(key))
+                if table_stamp is not None:
+                    deps = deps.merge(table_stamp)
+        return deps
+
+    def stamp_reads(
+        self, reads: Iterable[tuple[str, int]], scans: Iterable[RecordedScan], vc: VectorClock
+    ) -> None:
+        if not vc:
+            return
+        stamps = self._read_stamps
+        for key, _ in reads:
+            stamp = stamps.get(key)
+            stamps[key] = vc if stamp is None else stamp.merge(vc)
+        for lo, _, _, _ in scans:
+            table = table_of(lo)
+            stamp = self._scan_stamps.get(table)
+            self._scan_stamps[table] = vc if stamp is None else stamp.merge(vc)
+
+    def collect_stamps(self, watermark: Mapping[int, int], keys_max: int) -> None:
+        """Drops stamps that carry nothing above the watermark; visits at most keys_max."""
+        stamps = self._read_stamps
+        for _ in range(min(keys_max, len(stamps))):
+            key = next(iter(stamps))
+            stamp = stamps.pop(key).above(watermark)
+            if stamp:
+                stamps[key] = stamp  # to the back of the queue
+        for table, stamp in list(self._scan_stamps.items()):
+            kept = stamp.above(watermark)
+            if kept:
+                self._scan_stamps[table] = kept
+            else:
+                del self._scan_stamps[table]
+
+    def stamp_count(self) -> int:
+        return len(self._read_stamps)
 
     def validate(
-        self, txn_id: int, reads: Iterable[tuple[str, int]], scans: Iterable[RecordedScan]
+        self,
+        txn_id: int,
+        reads: Iterable[tuple[str, int]],
+        scans: Iterable[RecordedScan],
+        vc: VectorClock | None = None,
+    ) -> bool:
+        """Checks the reads; on success stamps ``vc`` on them (read-write dependencies)."""
+        reads = list(reads)
+        scans = list(scans)
+        if not self._check_reads(txn_id, reads, scans):
+            return False
+        if vc is not None:
+            self.stamp_reads(reads, scans, vc)
+        return True
+
+    def _check_reads(
+        self, txn_id: int, reads: list[tuple[str, int]], scans: list[RecordedScan]
     ) -> bool:
         if self._skip_validation:
             return True
@@ -162,6 +249,7 @@ class Participant:
             assert finished is None or finished[0] == INSTALLED, "install after abort"
             return
         assert vc[self.shard] >= held.counter, "install clock below the counter drawn"
+        self._assert_dominates_overwritten(writes, vc)
         self._apply(txn_id, writes, vc, epoch)
         if self._speculation:
             if not self._skip_locking:
@@ -190,16 +278,22 @@ class Participant:
         writes: list[Write],
         read_vc: VectorClock,
         epoch: int,
-    ) -> VectorClock | None:
-        """Certifies a transaction that only touches this shard; its vc, or None on abort."""
+    ) -> tuple[VectorClock, VectorClock] | None:
+        """Certifies a transaction that only touches this shard.
+
+        Returns (vc, full): its sparse clock and the clock before durable entries were
+        dropped; None on abort."""
         finished = self._finished.get(txn_id)
         if finished is not None:  # a retransmitted solo request
             return None if finished[0] == ABORTED else self._solo_vcs.get(txn_id)
-        if not self.validate(txn_id, reads, scans):
+        reads = list(reads)
+        scans = list(scans)
+        if not self._check_reads(txn_id, reads, scans):
             self._finish(txn_id, ABORTED, 0)
             return None
         if not writes:
-            return read_vc
+            self.stamp_reads(reads, scans, read_vc)
+            return read_vc.above(self._vector_watermark), read_vc
         keys = [key for key, _, _ in writes]
         if not self._skip_locking and any(
             (owner := self.store.lock_owner(key)) is not None and owner != txn_id for key in keys
@@ -207,20 +301,38 @@ class Participant:
             self._finish(txn_id, ABORTED, 0)
             return None
         counter = self.watermark.draw()
-        vc = read_vc.with_entry(self.shard, counter)
+        full = read_vc.merge(self.dependencies(keys)).with_entry(self.shard, counter)
+        vc = full.above(self._vector_watermark)
+        self.stamp_reads(reads, scans, vc)
+        self._assert_dominates_overwritten(writes, vc)
         if not self._speculation and not self._skip_locking:
             self.store.try_lock_all(keys, txn_id)
         self._apply(txn_id, writes, vc, epoch)
         if not self._speculation:
             self._hide_until_committed(txn_id, vc, keys)
         self._finish(txn_id, INSTALLED, counter)
-        self._solo_vcs[txn_id] = vc
+        self._solo_vcs[txn_id] = (vc, full)
         if len(self._solo_vcs) > self.settings.finished_txns_remembered_max:
             self._solo_vcs.popitem(last=False)
         self._on_installed(txn_id, counter, writes, vc)
-        return vc
+        return vc, full
 
     # ---- helpers -------------------------------------------------------------------------
+
+    def _assert_dominates_overwritten(self, writes: list[Write], vc: VectorClock) -> None:
+        """DESIGN.md §3's invariant, write-write part: a new version's clock dominates the
+        one it overwrites, up to entries already durable (dropped from sparse clocks)."""
+        if self._skip_locking or self._skip_validation:
+            return
+        watermark = self._vector_watermark
+        for key, _, _ in writes:
+            previous = self.store.latest(key)
+            if previous is None:
+                continue
+            for shard, counter in previous.vc.items():
+                assert counter <= vc[shard] or counter <= watermark.get(shard, 0), (
+                    f"clock {vc} of a write to {key!r} below the overwritten {previous.vc}"
+                )
 
     def _apply(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
         install = self.store.install

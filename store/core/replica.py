@@ -130,6 +130,7 @@ class ShardLeader:
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
             self.store.collect_garbage(self.vw.entries, self.settings.gc_keys_per_pass_max)
+            self.participant.collect_stamps(self.vw.entries, self.settings.gc_keys_per_pass_max)
         self._refresh_watermark()
 
     def ready(self) -> Ready:
@@ -195,8 +196,8 @@ class ShardLeader:
 
     def _on_lock_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, LockRequest)
-        ok, counter = self.participant.lock(message.txn_id, message.keys)
-        reply = LockReply(message.txn_id, self.shard, ok, counter, self.watermark.watermark)
+        ok, counter, deps = self.participant.lock(message.txn_id, message.keys)
+        reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.watermark.watermark)
         self._outbox.append((src, reply))
 
     def _on_lock_reply(self, now_ns: int, src: str, message: Message) -> None:
@@ -206,7 +207,7 @@ class ShardLeader:
 
     def _on_validate_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, ValidateRequest)
-        ok = self.participant.validate(message.txn_id, message.reads, message.scans)
+        ok = self.participant.validate(message.txn_id, message.reads, message.scans, message.vc)
         reply = ValidateReply(message.txn_id, self.shard, ok, self.watermark.watermark)
         self._outbox.append((src, reply))
 
@@ -217,6 +218,9 @@ class ShardLeader:
 
     def _on_install_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, InstallRequest)
+        if self.vw.learn_all(dict(message.durable.items())):
+            self.participant.reveal_committed(self.vw.entries)
+            self.coordinator.check_commits()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
         reply = InstallReply(message.txn_id, self.shard, self.watermark.watermark)
         self._outbox.append((src, reply))
@@ -237,18 +241,24 @@ class ShardLeader:
 
     def _on_solo_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, SoloRequest)
-        vc = self.participant.certify_solo(
+        clocks = self.participant.certify_solo(
             message.txn_id, message.reads, message.scans, message.writes, message.read_vc,
             message.epoch,
         )
-        reply = SoloReply(
-            message.txn_id, self.shard, vc is not None, vc or EMPTY, self.watermark.watermark
-        )
+        if clocks is None:
+            reply = SoloReply(message.txn_id, self.shard, False, EMPTY, self.watermark.watermark, EMPTY)
+        else:
+            vc, full = clocks
+            durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
+            reply = SoloReply(message.txn_id, self.shard, True, vc, self.watermark.watermark, durable)
         self._outbox.append((src, reply))
 
     def _on_solo_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, SoloReply)
         self._learn(message.shard, message.watermark)
+        if self.vw.learn_all(dict(message.durable.items())):
+            self.participant.reveal_committed(self.vw.entries)
+            self.coordinator.check_commits()
         self.coordinator.on_solo_reply(now_ns, message)
 
     def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:

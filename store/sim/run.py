@@ -74,17 +74,20 @@ class SeedResult:
 
 
 class _DominanceCheck:
-    """Checks vc(T) >= vc(W) for every version W that T read (Mako §4.2), as it happens."""
+    """Checks vc(T) >= vc(W) for every version W that T read (Mako §4.2), as it happens;
+    entries T's sparse clock dropped as durable count (``full``)."""
 
     def __init__(self) -> None:
         self.clocks: dict[int, VectorClock] = {}
         self.violations: list[str] = []
 
-    def __call__(self, txn_id: int, vc: VectorClock, read_from: list[int]) -> None:
+    def __call__(
+        self, txn_id: int, vc: VectorClock, full: VectorClock, read_from: list[int]
+    ) -> None:
         for writer in read_from:
             writer_vc = self.clocks.get(writer)
-            if writer_vc is not None and not writer_vc <= vc:
-                self.violations.append(f"txn {txn_id} {vc} read from {writer} {writer_vc}")
+            if writer_vc is not None and not writer_vc <= full:
+                self.violations.append(f"txn {txn_id} {full} read from {writer} {writer_vc}")
         self.clocks[txn_id] = vc
 
 

@@ -17,6 +17,7 @@ from store.core.errors import (
 )
 from store.core.messages import Submit
 from store.core.txn import Procedures, Tx
+from store.core.vclock import VectorClock
 from store.sim.local import LocalCluster
 
 
@@ -61,7 +62,32 @@ def test_committed_clock_covers_every_shard_written() -> None:
     assert outcome.status == Status.COMMITTED
     assert outcome.vc[0] >= 1 and outcome.vc[1] >= 1
     reader = cluster.submit("", [["get", a]], shard=1)
-    assert reader.vc >= outcome.vc.above({1: 10**9})  # read a's version: depends on shard 0
+    # The reader depends on the writer's shard-0 entry, which is durable by now: sparse
+    # clocks drop entries at or below the watermark (DESIGN.md §4), so nothing is left.
+    assert reader.status == Status.COMMITTED and reader.vc == VectorClock()
+
+
+def test_clocks_cover_write_write_and_read_write_dependencies() -> None:
+    """DESIGN.md §3's invariant, extended: a writer's clock dominates the clock of the
+    version it overwrites and of transactions that validated reads of what it overwrites."""
+    cluster = LocalCluster(shards=2)
+    a, b = keys_on_distinct_shards(cluster)
+    leader0 = cluster.replica(0)
+    stamp = VectorClock({1: 10**6})  # a reader's clock, far above any watermark
+    assert leader0.participant.validate(424242, [(a, 0)], [], stamp)
+    ok, counter, deps = leader0.participant.lock(434343, [a])
+    assert ok and deps == stamp  # read-write: the stamp comes back with the lock
+    leader0.participant.abort(434343)
+    # A writer of a (and b) must now dominate the stamp. It cannot commit (shard 1 will not
+    # reach 10**6), but its installed versions carry the clock.
+    cluster.network.send(cluster.address, "leader/0", Submit("local", 77, "", [[["put", a, 1], ["put", b, 1]]], False))
+    cluster.sim.run_until(cluster.sim.now_ns + 50_000_000)
+    written = leader0.store.latest(a)
+    assert written is not None and written.vc[1] == 10**6 and written.vc[0] >= 1
+    # write-write: the next writer of b dominates the version it overwrites.
+    leader1 = cluster.replica(1)
+    previous = leader1.store.latest(b)
+    assert previous is not None and previous.vc[1] == 10**6
 
 
 def test_scan_sees_own_writes_and_is_validated() -> None:

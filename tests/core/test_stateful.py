@@ -56,10 +56,12 @@ class CertificationMachine(RuleBasedStateMachine):
         self.outcomes: list[Outcome] = []
         self.seq = 0
 
-    def observe(self, txn_id: int, vc: VectorClock, read_from: list[int]) -> None:
+    def observe(
+        self, txn_id: int, vc: VectorClock, full: VectorClock, read_from: list[int]
+    ) -> None:
         for writer in read_from:
             writer_vc = self.clocks.get(writer)
-            if writer_vc is not None and not writer_vc <= vc:
+            if writer_vc is not None and not writer_vc <= full:
                 self.violations.append(f"{txn_id} {vc} read from {writer} {writer_vc}")
         self.clocks[txn_id] = vc
 
