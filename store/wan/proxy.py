@@ -122,7 +122,7 @@ class _Pipe:
         now_ns = time.monotonic_ns()
         self.line.push(data, now_ns, link.delay_ns, link.jitter_ns)
         if self.line.is_due(now_ns) and self.dest is not None and not self.dest_paused:
-            # Zero delay: write now rather than pay a trip through the timer queue.
+            # Due on arrival (0 ms link): write now, not after a trip through the timer queue.
             self.cancel()
             self._fire()
             return
@@ -156,8 +156,8 @@ class _Pipe:
         # ``is_due`` checks the real clock, so a chunk is never released before its time.
         self._timer = None
         dest = self.dest
-        if dest is None or self.connection.closed:
-            return
+        if dest is None or self.dest_paused or self.connection.closed:
+            return  # resume_writing (or the upstream connecting) schedules again
         now_ns = time.monotonic_ns()
         batch: list[bytes] = []
         eof = False
