@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.core.errors import Status  # noqa: E402
-from store.core.messages import Outcome, Submit  # noqa: E402
-from store.core.partition import Partitioner  # noqa: E402
-from store.core.replica import ShardLeader  # noqa: E402
-from store.core.txn import OPS_PROCEDURE, Procedures  # noqa: E402
+from store.core.errors import Status
+from store.core.messages import Outcome, Submit
+from store.core.partition import Partitioner
+from store.core.replica import ShardLeader
+from store.core.txn import OPS_PROCEDURE, Procedures
 
 KEYS_PER_SHARD = 10_000
 

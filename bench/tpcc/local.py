@@ -112,7 +112,7 @@ def replica_rows(cluster: LocalCluster) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for shard in range(len(cluster.leaders)):
         store = cluster.replica(shard).store
-        for key in store.keys():  # noqa: SIM118 (a store, not a dict)
+        for key in store.all_keys():
             version = store.latest(key)
             if version is not None and not version.deleted:
                 rows[key] = version.value

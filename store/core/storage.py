@@ -121,7 +121,7 @@ class VersionedStore:
     def key_count(self) -> int:
         return len(self._chains)
 
-    def keys(self) -> list[str]:
+    def all_keys(self) -> list[str]:
         return [key for name in sorted(self._tables) for key in self._tables[name]]
 
     def chain(self, key: str) -> list[Version]:

@@ -75,7 +75,7 @@ def test_clocks_cover_write_write_and_read_write_dependencies() -> None:
     leader0 = cluster.replica(0)
     stamp = VectorClock({1: 10**6})  # a reader's clock, far above any watermark
     assert leader0.participant.validate(424242, [(a, 0)], [], stamp)
-    ok, counter, deps = leader0.participant.lock(434343, [a])
+    ok, _counter, deps = leader0.participant.lock(434343, [a])
     assert ok and deps == stamp  # read-write: the stamp comes back with the lock
     leader0.participant.abort(434343)
     # A writer of a (and b) must now dominate the stamp. It cannot commit (shard 1 will not

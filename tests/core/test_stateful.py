@@ -111,7 +111,7 @@ class CertificationMachine(RuleBasedStateMachine):
     @invariant()
     def every_lock_is_held_by_a_live_participant_transaction(self) -> None:
         for leader in getattr(self, "leaders", []):
-            for key in leader.store.keys() + [k for k in KEYS]:
+            for key in leader.store.all_keys() + [k for k in KEYS]:
                 owner = leader.store.lock_owner(key)
                 if owner is not None:
                     assert leader.participant.holds(owner), f"{key} locked by finished {owner}"
@@ -119,7 +119,7 @@ class CertificationMachine(RuleBasedStateMachine):
     @invariant()
     def versions_of_a_key_grow_on_its_shard(self) -> None:
         for leader in getattr(self, "leaders", []):
-            for key in leader.store.keys():
+            for key in leader.store.all_keys():
                 counters = [v.vc[leader.shard] for v in leader.store.chain(key) if v.txn_id]
                 assert counters == sorted(counters) and len(set(counters)) == len(counters)
 
