@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
     status.set_defaults(run=cmd_status)
 
+    wan = commands.add_parser(
+        "wan-proxy", help="emulate wide-area links: a delaying, partitionable TCP proxy",
+        add_help=False,
+    )
+    wan.add_argument("rest", nargs=argparse.REMAINDER)
+    wan.set_defaults(run=lambda args: __import__("store.wan", fromlist=["main"]).main(args.rest))
+
     demo = commands.add_parser(
         "demo", help="the main job: a short microbenchmark and a short TPC-C on local clusters"
     )
