@@ -119,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "wan-proxy", help="emulate wide-area links: a delaying, partitionable TCP proxy",
         add_help=False,
     )
-    wan.add_argument("rest", nargs=argparse.REMAINDER)
-    wan.set_defaults(run=lambda args: __import__("store.wan", fromlist=["main"]).main(args.rest))
+    wan.add_argument("options", nargs=argparse.REMAINDER, help="see meridian wan-proxy --help")
 
     demo = commands.add_parser(
         "demo", help="the main job: a short microbenchmark and a short TPC-C on local clusters"
@@ -181,6 +180,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "wan-proxy":  # its own parser, options and help
+        from store.wan import main as wan_main
+
+        return int(wan_main(argv[1:]))
     args = build_parser().parse_args(argv)
     return int(args.run(args))
 
