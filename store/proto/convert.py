@@ -60,6 +60,10 @@ def _entry_pb(out: Any, entry: Entry) -> None:
         item.shard = shard
         item.counter = counter
     out.watermark = entry.watermark
+    for shard, counter in sorted(entry.vw.items()):
+        item = out.vw.add()
+        item.shard = shard
+        item.counter = counter
 
 
 def message_to_pb(message: PaxosMessage) -> Any:
@@ -150,12 +154,18 @@ def _entry(value: Any) -> Entry:
             records.append(msgpack.unpackb(raw, raw=False, strict_map_key=False))
         except Exception as exc:  # garbage of any shape means one thing
             raise _bad(f"record is not msgpack ({type(exc).__name__})") from None
+    return Entry(
+        kind, records, list(value.counters), _clock(value.vc), value.watermark, _clock(value.vw)
+    )
+
+
+def _clock(items: Any) -> VectorClock:
     clock: dict[int, int] = {}
-    for item in value.vc:
+    for item in items:
         if item.shard in clock:
             raise _bad("a shard appears twice in a vector clock")
         clock[item.shard] = item.counter
-    return Entry(kind, records, list(value.counters), VectorClock(clock), value.watermark)
+    return VectorClock(clock)
 
 
 def _entries(values: Sequence[Any]) -> list[Entry]:

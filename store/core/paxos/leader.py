@@ -129,6 +129,7 @@ class StreamLeader:
         self._vc: VectorClock = EMPTY
         self._batch_close_at: int | None = None
         self._watermark = 0
+        self._vector_watermark: VectorClock = EMPTY
         self._last_counter = 0
         self._last_proposed_at = now_ns
         self._announced = first_slot
@@ -176,6 +177,10 @@ class StreamLeader:
         """Promise: every counter at or below ``watermark`` that this stream will ever carry
         has been appended. Entries closed from now on carry it (heartbeats too)."""
         self._watermark = max(self._watermark, watermark)
+
+    def advance_vector_watermark(self, vw: VectorClock) -> None:
+        """The replica's vector watermark; entries closed from now on carry it."""
+        self._vector_watermark = self._vector_watermark.merge(vw)
 
     def append_inf(self, now_ns: int) -> None:
         """Ends the epoch on this stream: the open batch, then an INF marker (DESIGN.md §5)."""
@@ -226,7 +231,9 @@ class StreamLeader:
             and self._window_open()
             and now_ns >= self._last_proposed_at + self.settings.heartbeat_interval_ns
         ):
-            self._propose(now_ns, Entry(EntryKind.BATCH, watermark=self._watermark))
+            self._propose(
+                now_ns, Entry(EntryKind.BATCH, watermark=self._watermark, vw=self._vector_watermark)
+            )
             self.heartbeats_proposed += 1
         self._retransmit(now_ns)
         if self._announce_at is not None and now_ns >= self._announce_at:
@@ -322,7 +329,10 @@ class StreamLeader:
         self._batch_close_at = None
         if not self._records:
             return
-        entry = Entry(EntryKind.BATCH, self._records, self._counters, self._vc, self._watermark)
+        entry = Entry(
+            EntryKind.BATCH, self._records, self._counters, self._vc, self._watermark,
+            self._vector_watermark,
+        )
         self._records, self._counters, self._vc = [], [], EMPTY
         self._enqueue(entry)
 

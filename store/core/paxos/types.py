@@ -46,10 +46,12 @@ class Entry:
     max of the records' vector clocks, ``counter_max`` the max of ``counters`` (0 when
     empty). ``watermark`` is the stream watermark the leader's replica promised when the
     entry was closed: every counter at or below it that this stream will ever carry is in
-    this entry or an earlier one (see ``StreamLeader.advance_watermark``).
+    this entry or an earlier one (see ``StreamLeader.advance_watermark``). ``vw`` is the
+    leader replica's vector watermark when the entry was closed: followers learn the other
+    shards' watermarks from it, in stream order (``StreamLeader.advance_vector_watermark``).
     """
 
-    __slots__ = ("counter_max", "counters", "kind", "records", "vc", "watermark")
+    __slots__ = ("counter_max", "counters", "kind", "records", "vc", "vw", "watermark")
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class Entry:
         counters: Sequence[int] = (),
         vc: VectorClock = EMPTY,
         watermark: int = 0,
+        vw: VectorClock = EMPTY,
     ) -> None:
         assert len(records) == len(counters), "one counter per record"
         assert kind == EntryKind.BATCH or not records, "markers carry no records"
@@ -67,6 +70,7 @@ class Entry:
         self.vc = vc
         self.counter_max = max(self.counters, default=0)
         self.watermark = watermark
+        self.vw = vw
 
     @property
     def is_heartbeat(self) -> bool:
@@ -80,6 +84,7 @@ class Entry:
             and self.counters == other.counters
             and self.vc == other.vc
             and self.watermark == other.watermark
+            and self.vw == other.vw
         )
 
     __hash__ = None  # type: ignore[assignment]
