@@ -1,0 +1,337 @@
+"""The inter-region transport of the Paxos streams: gRPC (grpc.aio) batches (DESIGN.md §4).
+
+Theory of operation (see also docs/replication.md, "gRPC transport"):
+
+* **One outgoing stream per destination.** Each node dials the replicas it sends to: one
+  long-lived bidirectional ``Replicate`` call per destination, opened lazily on the first
+  message and reopened after a failure, at least ``connect_backoff_s`` (doubling up to
+  ``connect_backoff_max_s``) after the previous attempt. Each direction of a region pair has
+  its own connection, so in a local multi-region cluster each has its own wan-proxy link:
+  ``routes[dst]`` is whatever address reaches ``dst`` (a proxy listener, usually), never
+  assumed to equal ``dst``.
+* **Batching.** ``send`` only appends to the destination's queue and wakes its writer task.
+  The writer resumes on a later loop iteration, so everything queued during one iteration
+  (and everything queued while the previous write was in flight) goes out as one
+  ``ReplicationBatch``. grpc.aio moves a few thousand writes per second per stream; batching
+  is what lets a stream carry far more messages than that.
+* **Never block, drop the oldest.** A queue holds at most ``queue_messages_max`` messages;
+  beyond that the oldest is dropped and counted. Paxos retransmits what matters (Accepts
+  every ``accept_retry_ns``, Fetches for gaps), so loss is safe; blocking a Paxos role on a
+  slow or partitioned region is not. A batch whose write fails is dropped too (it may or may
+  not have arrived; Paxos tolerates either).
+* **Incoming.** The server side parses each batch from raw bytes with
+  ``store.proto.convert.parse_batch`` and hands every message, in order, to
+  ``on_message(src, message)`` on the event loop. A malformed batch raises only
+  ``InvalidRequest``: it is counted in ``bad_batches`` and the stream goes on, so no input
+  from another region can take the server down. The response direction stays unused.
+
+Everything runs on the one event loop passed as ``loop``: call every method from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from store.core.errors import InvalidRequest
+from store.core.paxos import PaxosMessage
+from store.proto import replication_pb2 as pb
+from store.proto import replication_pb2_grpc as pb_grpc
+from store.proto.convert import message_to_pb, parse_batch
+
+logger = logging.getLogger(__name__)
+
+# A batch of Accepts whose entries hold 400 records each runs to megabytes; gRPC's 4 MiB
+# default would refuse it.
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+# Messages per write: bounds the latency one write adds and the size of one batch.
+BATCH_MESSAGES_MAX = 4096
+QUEUE_MESSAGES_MAX = 100_000
+CONNECT_BACKOFF_S = 0.05
+CONNECT_BACKOFF_MAX_S = 1.0
+# Loopback links (through the wan-proxy) rarely die silently, but a held partition can
+# stall one: a ping unanswered for KEEPALIVE_TIMEOUT_MS ends the call and we redial.
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["Replication"]
+_METHOD = _SERVICE.methods_by_name["Replicate"]
+_METHOD_PATH = f"/{_SERVICE.full_name}/{_METHOD.name}"
+
+STATS_KEYS = (
+    "batches_sent",
+    "messages_sent",
+    "batches_received",
+    "messages_received",
+    "dropped",
+    "reconnects",
+    "bad_batches",
+)
+
+
+def channel_options(
+    message_bytes_max: int = MESSAGE_BYTES_MAX,
+    connect_backoff_s: float = CONNECT_BACKOFF_S,
+    connect_backoff_max_s: float = CONNECT_BACKOFF_MAX_S,
+) -> list[tuple[str, Any]]:
+    """Client options: large messages, keepalive, and a reconnect backoff that follows ours
+    (gRPC's own starts at 1 s and grows to 120 s, far too slow to notice a region that
+    came back)."""
+    backoff_ms = max(1, int(connect_backoff_s * 1000))
+    backoff_max_ms = max(backoff_ms, int(connect_backoff_max_s * 1000))
+    return [
+        ("grpc.max_send_message_length", message_bytes_max),
+        ("grpc.max_receive_message_length", message_bytes_max),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", backoff_ms),
+        ("grpc.min_reconnect_backoff_ms", backoff_ms),
+        ("grpc.max_reconnect_backoff_ms", backoff_max_ms),
+        # Each destination gets its own connection even when two routes share an address.
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+
+
+def server_options(message_bytes_max: int = MESSAGE_BYTES_MAX) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_send_message_length", message_bytes_max),
+        ("grpc.max_receive_message_length", message_bytes_max),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        # Clients ping every KEEPALIVE_TIME_MS; accept that (the default minimum is 5 min).
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+        # gRPC sets SO_REUSEPORT by default: two servers misconfigured onto one port would
+        # then both bind and share its connections. Fail the second one instead.
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+class _Peer:
+    """The outgoing side for one destination: its queue, channel, call and writer task."""
+
+    def __init__(self, dst: str, target: str, queue_messages_max: int) -> None:
+        self.dst = dst
+        self.target = target
+        self.queue: collections.deque[PaxosMessage] = collections.deque(maxlen=queue_messages_max)
+        self.wakeup = asyncio.Event()
+        self.channel: grpc.aio.Channel | None = None
+        self.call: Any = None  # grpc.aio.StreamStreamCall
+        self.writer: asyncio.Task[None] | None = None
+        self.calls_opened = 0
+
+
+class ReplicationTransport:
+    """Carries Paxos stream messages between regions over gRPC; see the module docstring."""
+
+    def __init__(
+        self,
+        address: str,
+        listen: tuple[str, int],
+        routes: dict[str, tuple[str, int]],
+        on_message: Callable[[str, PaxosMessage], None],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        queue_messages_max: int = QUEUE_MESSAGES_MAX,
+        connect_backoff_s: float = CONNECT_BACKOFF_S,
+        connect_backoff_max_s: float = CONNECT_BACKOFF_MAX_S,
+        batch_messages_max: int = BATCH_MESSAGES_MAX,
+        message_bytes_max: int = MESSAGE_BYTES_MAX,
+        close_grace_s: float = 0.0,
+    ) -> None:
+        assert queue_messages_max >= 1
+        assert batch_messages_max >= 1
+        assert 0 < connect_backoff_s <= connect_backoff_max_s
+        assert message_bytes_max >= 1024
+        assert address not in routes, "a node does not dial itself"
+        self.address = address
+        self.listen = listen
+        self.routes = dict(routes)
+        self.on_message = on_message
+        self.loop = loop
+        self.queue_messages_max = queue_messages_max
+        self.connect_backoff_s = connect_backoff_s
+        self.connect_backoff_max_s = connect_backoff_max_s
+        self.batch_messages_max = batch_messages_max
+        self.message_bytes_max = message_bytes_max
+        self.close_grace_s = close_grace_s
+        self.port: int | None = None  # the bound port once started (``listen`` may say 0)
+        self._server: grpc.aio.Server | None = None
+        self._peers: dict[str, _Peer] = {}
+        self._closed = False
+        self._stats = dict.fromkeys(STATS_KEYS, 0)
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve ``Replicate`` on ``listen``."""
+        assert asyncio.get_running_loop() is self.loop
+        assert self._server is None and not self._closed
+        server = grpc.aio.server(options=server_options(self.message_bytes_max))
+        # Registered by hand rather than with pb_grpc.add_ReplicationServicer_to_server so
+        # that requests arrive as raw bytes: the generated deserializer would end the call on
+        # unparsable bytes, while parse_batch turns them into InvalidRequest, which we count
+        # and survive. The method path comes from the generated descriptor.
+        handler = grpc.stream_stream_rpc_method_handler(self._serve_replicate)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(_SERVICE.full_name, {_METHOD.name: handler}),)
+        )
+        host, port = self.listen
+        self.port = server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"replication transport cannot listen on {host}:{port}")
+        await server.start()
+        self._server = server
+
+    async def close(self) -> None:
+        """Stop sending (queued messages are discarded) and stop serving."""
+        assert asyncio.get_running_loop() is self.loop
+        if self._closed:
+            return
+        self._closed = True
+        peers = list(self._peers.values())
+        for peer in peers:
+            if peer.writer is not None:
+                peer.writer.cancel()
+        for peer in peers:
+            if peer.writer is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await peer.writer
+            if peer.call is not None:
+                peer.call.cancel()
+            if peer.channel is not None:
+                await peer.channel.close()
+            peer.queue.clear()
+        if self._server is not None:
+            await self._server.stop(self.close_grace_s)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    # ---- sending -----------------------------------------------------------------------
+
+    def send(self, dst: str, message: PaxosMessage) -> None:
+        """Queue ``message`` for replica ``dst``; never blocks. Call from the loop's thread."""
+        if self._closed:
+            self._stats["dropped"] += 1
+            return
+        peer = self._peers.get(dst)
+        if peer is None:
+            if dst not in self.routes:
+                raise KeyError(f"no route to replica {dst!r}")
+            host, port = self.routes[dst]
+            peer = _Peer(dst, f"{host}:{port}", self.queue_messages_max)
+            self._peers[dst] = peer
+            peer.writer = self.loop.create_task(self._write_loop(peer), name=f"replicate-{dst}")
+        if len(peer.queue) == self.queue_messages_max:
+            self._stats["dropped"] += 1  # the deque's maxlen pushes out the oldest
+        peer.queue.append(message)
+        peer.wakeup.set()
+
+    def _take_batches(self, peer: _Peer) -> list[Any]:
+        """Up to ``batch_messages_max`` queued messages as one batch, or as a few when one
+        would not fit in ``message_bytes_max``."""
+        count = min(len(peer.queue), self.batch_messages_max)
+        pending = [[message_to_pb(peer.queue.popleft()) for _ in range(count)]]
+        batches = []
+        while pending:
+            messages = pending.pop()
+            batch = pb.ReplicationBatch(src=self.address, messages=messages)
+            if batch.ByteSize() <= self.message_bytes_max:
+                batches.append(batch)
+            elif len(messages) == 1:
+                # One message too large for any write: the receiver could not take it either.
+                logger.error(
+                    "a replication message to %s over %d bytes was dropped",
+                    peer.dst,
+                    self.message_bytes_max,
+                )
+                self._stats["dropped"] += 1
+            else:
+                half = len(messages) // 2
+                pending += [messages[half:], messages[:half]]  # popped first half first
+        return batches
+
+    def _open_call(self, peer: _Peer) -> None:
+        if peer.channel is None:
+            peer.channel = grpc.aio.insecure_channel(
+                peer.target,
+                options=channel_options(
+                    self.message_bytes_max, self.connect_backoff_s, self.connect_backoff_max_s
+                ),
+            )
+        stub = pb_grpc.ReplicationStub(peer.channel)
+        # wait_for_ready: while the peer is down the call waits for the channel to connect
+        # (gRPC redials with the backoff set above) instead of failing at once.
+        peer.call = stub.Replicate(wait_for_ready=True)
+        if peer.calls_opened:
+            self._stats["reconnects"] += 1
+        peer.calls_opened += 1
+        peer.call.add_done_callback(lambda _call: peer.wakeup.set())
+
+    async def _write_loop(self, peer: _Peer) -> None:
+        backoff_s = self.connect_backoff_s
+        while True:
+            if not peer.queue:
+                peer.wakeup.clear()
+                await peer.wakeup.wait()
+                continue
+            if peer.call is not None and peer.call.done():
+                # The stream ended (the peer went away, or a write failed): redial after a
+                # pause that doubles while attempts keep failing.
+                peer.call = None
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, self.connect_backoff_max_s)
+            if peer.call is None:
+                self._open_call(peer)
+            batches = self._take_batches(peer)
+            for index, batch in enumerate(batches):
+                if not await self._write(peer, batch):
+                    self._stats["dropped"] += sum(len(b.messages) for b in batches[index + 1 :])
+                    break
+                backoff_s = self.connect_backoff_s
+
+    async def _write(self, peer: _Peer, batch: Any) -> bool:
+        """Write one batch on ``peer``'s call; False (batch dropped, call ended) on failure."""
+        try:
+            await peer.call.write(batch)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as error:
+            self._stats["dropped"] += len(batch.messages)
+            logger.info("replication stream to %s via %s ended: %s", peer.dst, peer.target, error)
+            peer.call.cancel()  # makes done() true whatever the error was
+            return False
+        self._stats["batches_sent"] += 1
+        self._stats["messages_sent"] += len(batch.messages)
+        return True
+
+    # ---- receiving ---------------------------------------------------------------------
+
+    async def _serve_replicate(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> None:
+        async for data in requests:
+            try:
+                src, messages = parse_batch(data)
+            except InvalidRequest as error:
+                self._stats["bad_batches"] += 1
+                logger.warning("bad replication batch from %s: %s", context.peer(), error)
+                continue
+            self._stats["batches_received"] += 1
+            self._stats["messages_received"] += len(messages)
+            for message in messages:
+                try:
+                    self.on_message(src, message)
+                except Exception:
+                    # A bug in the receiving role must not cut the stream for every other
+                    # Paxos stream on it; it is logged with its traceback.
+                    logger.exception("on_message(%r, %r) failed", src, message)
