@@ -15,6 +15,7 @@ import grpc
 import grpc.aio
 
 from store.core.paxos import (
+    DEFAULT_STREAM_SETTINGS,
     INF,
     NOOP,
     Accept,
@@ -29,6 +30,8 @@ from store.core.paxos import (
     Prepare,
     Promise,
     Reject,
+    StreamFollower,
+    StreamLeader,
 )
 from store.core.vclock import VectorClock
 from store.node.replication import ReplicationTransport
@@ -72,6 +75,7 @@ def batch_entry(first_counter: int, records: int) -> Entry:
         counters,
         VectorClock({0: counters[-1] if counters else 0, 3: 7}),
         first_counter,
+        vw=VectorClock({0: first_counter, 1: 3}),
     )
 
 
@@ -174,6 +178,131 @@ def test_three_regions_exchange_every_message_in_order_and_intact() -> None:
                 )
         finally:
             await close_all(nodes)
+
+    run(main)
+
+
+class RoleDriver:
+    """Adapts one pure Paxos role to a transport and loop timers, as store/node will."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, role: Any, transport: ReplicationTransport
+    ) -> None:
+        self.loop = loop
+        self.role = role
+        self.transport = transport
+        self.chosen: list[tuple[int, Entry]] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def handle(self, src: str, message: PaxosMessage) -> None:
+        self.role.handle(time.monotonic_ns(), src, message)
+        self.flush()
+
+    def tick(self) -> None:
+        self.timer = None
+        self.role.tick(time.monotonic_ns())
+        self.flush()
+
+    def flush(self) -> None:
+        ready = self.role.ready()
+        for dst, message in ready.messages:
+            self.transport.send(dst, message)
+        self.chosen.extend(ready.chosen)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if ready.wake_at is not None:
+            delay_s = max(0.0, (ready.wake_at - time.monotonic_ns()) / 1e9)
+            self.timer = self.loop.call_later(delay_s, self.tick)
+
+
+def test_a_paxos_stream_runs_over_the_transport() -> None:
+    # DESIGN.md §4: a leader's entries are chosen by a majority of regions and delivered, in
+    # slot order, to every follower region, with the messages carried by this transport.
+    records_total = 3000
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        names = ["us", "eu", "ap"]
+        ports = {name: free_port() for name in names}
+        drivers: dict[str, RoleDriver] = {}
+
+        def deliver_to(name: str) -> Callable[[str, PaxosMessage], None]:
+            # drivers[name] is built after the transports: look it up on each delivery.
+            def deliver(src: str, message: PaxosMessage) -> None:
+                drivers[name].handle(src, message)
+
+            return deliver
+
+        transports = {
+            name: ReplicationTransport(
+                name,
+                (HOST, ports[name]),
+                {peer: (HOST, ports[peer]) for peer in names if peer != name},
+                deliver_to(name),
+                loop=loop,
+            )
+            for name in names
+        }
+        leader = StreamLeader(
+            0,
+            "us",
+            ["eu", "ap"],
+            Ballot(1, "us"),
+            DEFAULT_STREAM_SETTINGS,
+            now_ns=time.monotonic_ns(),
+            counters_in_order=True,
+        )
+        drivers["us"] = RoleDriver(loop, leader, transports["us"])
+        for name in ("eu", "ap"):
+            drivers[name] = RoleDriver(
+                loop, StreamFollower(0, DEFAULT_STREAM_SETTINGS), transports[name]
+            )
+        for transport in transports.values():
+            await transport.start()
+        try:
+            drivers["us"].flush()  # phase 1
+            for counter in range(1, records_total + 1):
+                while not leader.can_append():
+                    await asyncio.sleep(POLL_S)
+                leader.append(
+                    time.monotonic_ns(), {"txn": counter}, counter, VectorClock({0: counter})
+                )
+                drivers["us"].flush()
+                if counter % 50 == 0:
+                    await asyncio.sleep(0)
+
+            def records(name: str) -> list[Any]:
+                return [r for _, entry in drivers[name].chosen for r in entry.records]
+
+            expected = [{"txn": counter} for counter in range(1, records_total + 1)]
+            for name in names:
+                await wait_for(lambda n=name: len(records(n)) >= records_total, name)
+                assert records(name) == expected, name
+                slots = [slot for slot, _ in drivers[name].chosen]
+                assert slots == list(range(slots[0], slots[0] + len(slots))), name
+            stats = transports["us"].stats()
+            assert stats["bad_batches"] == 0
+            print(f"\nPaxos stream, {records_total} records, us sent: {stats}")
+        finally:
+            for driver in drivers.values():
+                if driver.timer is not None:
+                    driver.timer.cancel()
+            for transport in transports.values():
+                await transport.close()
+
+    run(main)
+
+
+def test_close_with_a_peer_down_does_not_wait_for_it() -> None:
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        us = Node(loop, "us", 0, {"eu": (HOST, free_port())})
+        await us.transport.start()
+        for slot in range(1000):
+            us.transport.send("eu", Accepted(0, B1, slot))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(us.transport.close(), WAIT_S)
+        us.transport.send("eu", Accepted(0, B1, 0))  # after close: dropped, no error
+        assert us.transport.stats()["messages_sent"] == 0
 
     run(main)
 
