@@ -281,25 +281,36 @@ class ReplicationTransport:
 
     async def _write_loop(self, peer: _Peer) -> None:
         backoff_s = self.connect_backoff_s
+        opened_at = -float("inf")
+        wrote = False  # on the current call
         while True:
             if not peer.queue:
                 peer.wakeup.clear()
                 await peer.wakeup.wait()
                 continue
             if peer.call is not None and peer.call.done():
-                # The stream ended (the peer went away, or a write failed): redial after a
-                # pause that doubles while attempts keep failing.
+                # The stream ended (the peer went away, or a write failed). Redial at least
+                # backoff_s after the previous attempt; the pause doubles while calls keep
+                # ending before carrying a single batch.
                 peer.call = None
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, self.connect_backoff_max_s)
+                backoff_s = (
+                    self.connect_backoff_s
+                    if wrote
+                    else min(backoff_s * 2, self.connect_backoff_max_s)
+                )
+                pause_s = opened_at + backoff_s - self.loop.time()
+                if pause_s > 0:
+                    await asyncio.sleep(pause_s)
             if peer.call is None:
                 self._open_call(peer)
+                opened_at = self.loop.time()
+                wrote = False
             batches = self._take_batches(peer)
             for index, batch in enumerate(batches):
                 if not await self._write(peer, batch):
                     self._stats["dropped"] += sum(len(b.messages) for b in batches[index + 1 :])
                     break
-                backoff_s = self.connect_backoff_s
+                wrote = True
 
     async def _write(self, peer: _Peer, batch: Any) -> bool:
         """Write one batch on ``peer``'s call; False (batch dropped, call ended) on failure."""
@@ -320,6 +331,8 @@ class ReplicationTransport:
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
         async for data in requests:
+            if self._closed:
+                return  # no on_message once close() has begun
             try:
                 src, messages = parse_batch(data)
             except InvalidRequest as error:
