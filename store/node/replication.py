@@ -117,6 +117,15 @@ def server_options(message_bytes_max: int = MESSAGE_BYTES_MAX) -> list[tuple[str
     ]
 
 
+def _report_writer_death(task: asyncio.Task[None]) -> None:
+    # A writer only ends by cancellation (close). Anything else is a bug that would leave
+    # its destination silently cut off: make it loud.
+    if not task.cancelled() and task.exception() is not None:
+        logger.critical(
+            "%s died; its destination gets nothing more", task.get_name(), exc_info=task.exception()
+        )
+
+
 class _Peer:
     """The outgoing side for one destination: its queue, channel, call and writer task."""
 
@@ -222,6 +231,7 @@ class ReplicationTransport:
 
     def send(self, dst: str, message: PaxosMessage) -> None:
         """Queue ``message`` for replica ``dst``; never blocks. Call from the loop's thread."""
+        assert isinstance(message, PaxosMessage), message
         if self._closed:
             self._stats["dropped"] += 1
             return
@@ -233,6 +243,7 @@ class ReplicationTransport:
             peer = _Peer(dst, f"{host}:{port}", self.queue_messages_max)
             self._peers[dst] = peer
             peer.writer = self.loop.create_task(self._write_loop(peer), name=f"replicate-{dst}")
+            peer.writer.add_done_callback(_report_writer_death)
         if len(peer.queue) == self.queue_messages_max:
             self._stats["dropped"] += 1  # the deque's maxlen pushes out the oldest
         peer.queue.append(message)
@@ -270,7 +281,7 @@ class ReplicationTransport:
                     self.message_bytes_max, self.connect_backoff_s, self.connect_backoff_max_s
                 ),
             )
-        stub = pb_grpc.ReplicationStub(peer.channel)
+        stub = pb_grpc.ReplicationStub(peer.channel)  # type: ignore[no-untyped-call]
         # wait_for_ready: while the peer is down the call waits for the channel to connect
         # (gRPC redials with the backoff set above) instead of failing at once.
         peer.call = stub.Replicate(wait_for_ready=True)

@@ -9,6 +9,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -281,9 +282,12 @@ def test_a_paxos_stream_runs_over_the_transport() -> None:
             def records(name: str) -> list[Any]:
                 return [r for _, entry in drivers[name].chosen for r in entry.records]
 
+            def has_all_records(name: str) -> bool:
+                return len(records(name)) >= records_total
+
             expected = [{"txn": counter} for counter in range(1, records_total + 1)]
             for name in names:
-                await wait_for(lambda n=name: len(records(n)) >= records_total, name)
+                await wait_for(partial(has_all_records, name), name)
                 assert records(name) == expected, name
                 slots = [slot for slot, _ in drivers[name].chosen]
                 assert slots == list(range(slots[0], slots[0] + len(slots))), name
@@ -494,10 +498,14 @@ def test_through_the_wan_proxy_a_message_takes_at_least_the_one_way_delay() -> N
                 us.transport.send("eu", Commit(0, B1, 0))  # connect (HTTP/2 setup is delayed too)
                 await wait_for(lambda: len(eu.received) == 1, "the first message")
                 latencies = []
+
+                def received(count: int) -> bool:
+                    return len(eu.received) == count
+
                 for index in range(1, 6):
                     sent_at = time.monotonic()
                     us.transport.send("eu", Commit(0, B1, index))
-                    await wait_for(lambda n=index + 1: len(eu.received) == n, "a delayed message")
+                    await wait_for(partial(received, index + 1), "a delayed message")
                     latencies.append(eu.received_at[-1] - sent_at)
                 print(
                     f"\nwan-proxy {delay_ms:g} ms one way: latency ms "
