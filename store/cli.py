@@ -21,6 +21,8 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         partitions=args.partitions,
         break_step=args.break_step,
         speculation=not args.no_speculation,
+        regions=args.regions,
+        settle_ms=args.settle_ms,
     )
 
 
@@ -89,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--loss", type=float, default=0.0, help="message loss rate (also duplication)")
     sim.add_argument("--duration-ms", type=int, default=400, help="virtual time under load")
     sim.add_argument("--partitions", action="store_true", help="add a partition nemesis")
+    sim.add_argument(
+        "--regions", type=int, choices=[1, 3], default=1,
+        help="3: every shard also has followers in two more regions, 50 ms round trips away",
+    )
+    sim.add_argument("--settle-ms", type=int, default=6000, help="virtual time to settle after")
     sim.add_argument(
         "--break", dest="break_step", choices=["validation", "locking"],
         help="switch one safety step off in the servers, to show the checkers catch it",

@@ -167,6 +167,8 @@ class Coordinator:
         self._awaiting_commit: dict[int, _Txn] = {}
         self._blocked_on: dict[int, list[tuple[int, int]]] = {}
         self.counters = {"certified": 0, "committed": 0, "aborted": 0, "solo": 0}
+        # Whether the replica can take more work now (its replication stream's backlog).
+        self.admits: Callable[[], bool] = lambda: True
 
     # ---- client side ---------------------------------------------------------------------
 
@@ -184,7 +186,7 @@ class Coordinator:
             if txn.certified and txn.want_certified and self.settings.speculation:
                 self._reply(src, Outcome(txn.seq, Status.CERTIFIED, None, txn.vc, ""))
             return
-        if len(self._by_client) >= self.settings.txns_in_flight_max:
+        if len(self._by_client) >= self.settings.txns_in_flight_max or not self.admits():
             # Remembered like any outcome: a duplicate of this request that arrives later must
             # not run what the client was told did not run. The client retries with a new id.
             outcome = Outcome(submit.seq, Status.UNAVAILABLE, None, EMPTY, "overloaded")

@@ -7,6 +7,15 @@ reads no clock and draws no random numbers.
 
 Addresses are strings; ``peers[s]`` is the address of shard ``s``'s leader. Clients are any
 other address: an ``Outcome`` goes back to the address a ``Submit`` came from.
+
+Replication (DESIGN.md §4). With ``followers`` (this shard's replicas in the other regions)
+the leader runs one Paxos stream (``store.core.paxos.StreamLeader``). Every install appends
+the transaction's record to the stream; its counter then counts as settled for the
+*appended* watermark (``self.watermark``), which the stream stamps on each entry it closes.
+The shard's watermark in the sense of DESIGN.md §4 — every counter at or below it aborted or
+accepted by a majority of regions — is the largest stamp over the stream's chosen prefix
+(``durable_watermark``); that is what goes into the vector watermark, the piggybacked
+replies and the gossip. Without followers an install is durable when applied.
 """
 
 from __future__ import annotations
@@ -36,6 +45,14 @@ from store.core.messages import (
 )
 from store.core.participant import Participant
 from store.core.partition import Partitioner
+from store.core.paxos import (
+    DEFAULT_STREAM_SETTINGS,
+    Ballot,
+    EntryKind,
+    PaxosMessage,
+    StreamLeader,
+    StreamSettings,
+)
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import VersionedStore
 from store.core.txn import Procedures
@@ -63,6 +80,9 @@ class ShardLeader:
         breaks: frozenset[str] = frozenset(),
         observer: CertifiedObserver | None = None,
         now_ns: int = 0,
+        followers: Sequence[str] = (),
+        stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
+        ballot_round: int = 1,
     ) -> None:
         assert 0 <= shard < len(peers)
         self.shard = shard
@@ -89,6 +109,16 @@ class ShardLeader:
             observer,
         )
         self._outbox: list[tuple[str, Message]] = []
+        self.coordinator.admits = self.accepts_more
+        self._now_ns = now_ns
+        self.stream: StreamLeader | None = None
+        self._durable_mark = 0
+        if followers:
+            self.stream = StreamLeader(
+                shard, self.address, list(followers), Ballot(ballot_round, self.address),
+                stream_settings, now_ns=now_ns,
+            )
+            self._pump_stream()
         self._gossip_at = now_ns + settings.gossip_interval_ns
         self._gc_at = now_ns + settings.gc_interval_ns
         self._handlers: dict[type, Callable[[int, str, Message], None]] = {
@@ -112,21 +142,33 @@ class ShardLeader:
     # ---- entry points --------------------------------------------------------------------
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
-        handler = self._handlers.get(type(message))
-        if handler is None:
-            self.dropped_messages += 1
-            return
-        handler(now_ns, src, message)
+        self._now_ns = now_ns
+        if isinstance(message, PaxosMessage):
+            if self.stream is not None and message.stream == self.shard:
+                self.stream.handle(now_ns, src, message)
+            else:
+                self.dropped_messages += 1
+        else:
+            handler = self._handlers.get(type(message))
+            if handler is None:
+                self.dropped_messages += 1
+                return
+            handler(now_ns, src, message)
+        self._pump_stream()
         self._refresh_watermark()
 
     def tick(self, now_ns: int) -> None:
+        self._now_ns = now_ns
+        if self.stream is not None:
+            self.stream.tick(now_ns)
         self.coordinator.on_timer(now_ns)
         if now_ns >= self._gossip_at:
             self._gossip_at = now_ns + self.settings.gossip_interval_ns
-            gossip = Gossip(self.shard, {self.shard: self.watermark.watermark})
+            gossip = Gossip(self.shard, {self.shard: self.durable_watermark()})
             for shard, address in enumerate(self.peers):
                 if shard != self.shard:
                     self._outbox.append((address, gossip))
+        self._pump_stream()
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
             self.store.collect_garbage(self.vw.entries, self.settings.gc_keys_per_pass_max)
@@ -136,10 +178,20 @@ class ShardLeader:
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
         wake_at = min(self._gossip_at, self._gc_at)
-        retry_at = self.coordinator.next_deadline()
-        if retry_at is not None and retry_at < wake_at:
-            wake_at = retry_at
+        for deadline in (self.coordinator.next_deadline(), self._stream_wake_at):
+            if deadline is not None and deadline < wake_at:
+                wake_at = deadline
         return Ready(messages, wake_at)
+
+    def durable_watermark(self) -> int:
+        """This shard's watermark (DESIGN.md §4): with replication, the stream's."""
+        if self.stream is None:
+            return self.watermark.watermark
+        return self._durable_mark
+
+    def accepts_more(self) -> bool:
+        """False while the replication stream holds too many records not yet in a slot."""
+        return self.stream is None or self.stream.can_append()
 
     def preload(self, key: str, value: object) -> None:
         """Loads a key before the cluster serves (an initial, durable version at clock 0)."""
@@ -154,12 +206,34 @@ class ShardLeader:
         self._outbox.append((address, outcome))
 
     def _on_installed(self, txn_id: int, counter: int, writes: list[Write], vc: VectorClock) -> None:
-        # One region, no replication: an applied install is durable at once. The replication
-        # layer of DESIGN.md §4 replaces this with "settle when a majority accepted it".
+        if self.stream is not None:
+            record = [txn_id, [[key, value, deleted] for key, value, deleted in writes], vc.to_wire()]
+            self.stream.append(self._now_ns, record, counter, vc)
+        # Settled for the appended watermark; durable once the stream's entry is chosen
+        # (without followers, at once).
         self.watermark.settle(counter)
+        if self.stream is not None:
+            self.stream.advance_watermark(self.watermark.watermark)
+
+    _stream_wake_at: int | None = None
+
+    def _pump_stream(self) -> None:
+        """Carries out the stream's Ready: messages out, chosen entries into the watermark."""
+        stream = self.stream
+        if stream is None:
+            return
+        # Aborts settle counters too: the stream learns the appended watermark either way.
+        stream.advance_watermark(self.watermark.watermark)
+        stream.advance_vector_watermark(VectorClock(self.vw.entries))
+        ready = stream.ready()
+        self._outbox.extend(ready.messages)
+        for _, entry in ready.chosen:
+            if entry.kind == EntryKind.BATCH and entry.watermark > self._durable_mark:
+                self._durable_mark = entry.watermark
+        self._stream_wake_at = ready.wake_at
 
     def _refresh_watermark(self) -> None:
-        self._learn(self.shard, self.watermark.watermark)
+        self._learn(self.shard, self.durable_watermark())
 
     def _learn(self, shard: int, watermark: int) -> None:
         if self.vw.learn(shard, watermark):
@@ -184,7 +258,7 @@ class ShardLeader:
                     self.shard,
                     participant.read(message.keys),
                     participant.scan_many(message.scans),
-                    self.watermark.watermark,
+                    self.durable_watermark(),
                 ),
             )
         )
@@ -197,7 +271,7 @@ class ShardLeader:
     def _on_lock_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, LockRequest)
         ok, counter, deps = self.participant.lock(message.txn_id, message.keys)
-        reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.watermark.watermark)
+        reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.durable_watermark())
         self._outbox.append((src, reply))
 
     def _on_lock_reply(self, now_ns: int, src: str, message: Message) -> None:
@@ -208,7 +282,7 @@ class ShardLeader:
     def _on_validate_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, ValidateRequest)
         ok = self.participant.validate(message.txn_id, message.reads, message.scans, message.vc)
-        reply = ValidateReply(message.txn_id, self.shard, ok, self.watermark.watermark)
+        reply = ValidateReply(message.txn_id, self.shard, ok, self.durable_watermark())
         self._outbox.append((src, reply))
 
     def _on_validate_reply(self, now_ns: int, src: str, message: Message) -> None:
@@ -222,7 +296,7 @@ class ShardLeader:
             self.participant.reveal_committed(self.vw.entries)
             self.coordinator.check_commits()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
-        reply = InstallReply(message.txn_id, self.shard, self.watermark.watermark)
+        reply = InstallReply(message.txn_id, self.shard, self.durable_watermark())
         self._outbox.append((src, reply))
 
     def _on_install_reply(self, now_ns: int, src: str, message: Message) -> None:
@@ -246,11 +320,11 @@ class ShardLeader:
             message.epoch,
         )
         if clocks is None:
-            reply = SoloReply(message.txn_id, self.shard, False, EMPTY, self.watermark.watermark, EMPTY)
+            reply = SoloReply(message.txn_id, self.shard, False, EMPTY, self.durable_watermark(), EMPTY)
         else:
             vc, full = clocks
             durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
-            reply = SoloReply(message.txn_id, self.shard, True, vc, self.watermark.watermark, durable)
+            reply = SoloReply(message.txn_id, self.shard, True, vc, self.durable_watermark(), durable)
         self._outbox.append((src, reply))
 
     def _on_solo_reply(self, now_ns: int, src: str, message: Message) -> None:

@@ -115,6 +115,12 @@ class VersionedStore:
                     break
         return found
 
+    def keys_in_range(self, lo: str, hi: str) -> list[str]:
+        table = self._tables.get(table_of(lo))
+        if table is None:
+            return []
+        return list(table.irange(lo, hi, inclusive=(True, False)))
+
     def scan_vids(self, lo: str, hi: str, limit: int) -> list[tuple[str, int]]:
         return [(key, version.vid) for key, version in self.scan(lo, hi, limit)]
 

@@ -48,6 +48,7 @@ class SimClient:
         stop_at_ns: int,
         retry_ns: int = 60 * MS,
         deadline_ns: int = 3000 * MS,
+        on_committed: Any = None,
     ) -> None:
         self.sim = sim
         self.network = network
@@ -67,6 +68,7 @@ class SimClient:
         self.submitted_at = 0
         self.counts = {"ok": 0, "fail": 0, "info": 0, "cross_shard": 0, "single_shard": 0}
         self.statuses: dict[int, int] = {}
+        self.on_committed = on_committed
         network.add(self.address, self)
 
     def start(self) -> None:
@@ -107,6 +109,8 @@ class SimClient:
         self.statuses[status] = self.statuses.get(status, 0) + 1
         operation = self.current
         if status == Status.COMMITTED:
+            if self.on_committed is not None:
+                self.on_committed(f"{self.address}#{self.seq}", message.vc)
             self._complete("ok", operation.complete(message.result))
         elif status in FAIL_STATUSES:
             self._complete("fail", operation.value)

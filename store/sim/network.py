@@ -72,6 +72,9 @@ class Network:
         self._links[(region_a, region_b)] = link
         self._links[(region_b, region_a)] = link
 
+    def region_of(self, address: str) -> str:
+        return self._region[address]
+
     def addresses(self) -> list[str]:
         return list(self._nodes)
 

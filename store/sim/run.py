@@ -21,15 +21,17 @@ from typing import Any
 
 from jepsen.checkers.bank import check_bank
 from jepsen.history import write_history
+from store.core.follower import ShardFollower
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import Procedures
 from store.core.vclock import VectorClock
 from store.sim.client import History, SimClient
+from store.sim.geo import REGIONS, DurabilityOracle, divergence, follower_address
 from store.sim.host import ReplicaHost
 from store.sim.loop import Simulator
-from store.sim.network import MS, Faults, Network
+from store.sim.network import MS, Faults, Link, Network
 from store.sim.workloads import WORKLOADS, Bank, register_bank
 
 BREAKABLE_STEPS = ("validation", "locking")
@@ -48,6 +50,8 @@ class SimOptions:
     partitions: bool = False
     break_step: str | None = None
     speculation: bool = True
+    regions: int = 1  # 1: leaders only; 3: a follower of every shard in two more regions
+    wan_rtt_ms: float = 50.0
 
     def faults(self) -> Faults:
         duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
@@ -103,25 +107,46 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     breaks = frozenset({options.break_step}) if options.break_step else frozenset()
     dominance = _DominanceCheck()
     hosts = []
+    regions = REGIONS[: options.regions]
+    follower_regions = regions[1:]
+    followers: dict[int, list[ShardFollower]] = {s: [] for s in range(options.shards)}
     for shard in range(options.shards):
         replica = ShardLeader(
             shard, leaders, partitioner, procedures,
             DEFAULT_SETTINGS.with_overrides(speculation=options.speculation),
             breaks=breaks, observer=dominance,
+            followers=[follower_address(region, shard) for region in follower_regions],
         )
         host = ReplicaHost(sim, network, replica)
-        network.add(replica.address, host)
+        network.add(replica.address, host, regions[0])
         hosts.append(host)
+        for region in follower_regions:
+            follower = ShardFollower(shard, follower_address(region, shard))
+            followers[shard].append(follower)
+            follower_host = ReplicaHost(sim, network, follower)  # type: ignore[arg-type]
+            network.add(follower.address, follower_host, region)
+            hosts.append(follower_host)
+    one_way_ns = int(options.wan_rtt_ms * MS / 2)
+    for i, a in enumerate(regions):
+        for b in regions[i + 1 :]:
+            network.set_link(a, b, Link(latency_ns=one_way_ns, jitter_ns=max(1, one_way_ns // 10)))
+    leader_replicas = [host.replica for host in hosts if isinstance(host.replica, ShardLeader)]
+    oracle = DurabilityOracle(leader_replicas, followers) if follower_regions else None
 
     workload = WORKLOADS[options.workload](sim.rng)
     if isinstance(workload, Bank):
         for key, balance in workload.initial_data().items():
-            hosts[partitioner.shard_of(key)].replica.preload(key, balance)
+            leader_replicas[partitioner.shard_of(key)].preload(key, balance)
+            for follower in followers[partitioner.shard_of(key)]:
+                follower.store.install(key, balance, False, VectorClock(), 0, 0)
 
     history = History()
     stop_at = options.duration_ms * MS
     clients = [
-        SimClient(sim, network, history, i, options.clients, workload, partitioner, leaders, stop_at)
+        SimClient(
+            sim, network, history, i, options.clients, workload, partitioner, leaders, stop_at,
+            on_committed=oracle.check if oracle is not None else None,
+        )
         for i in range(options.clients)
     ]
     for host in hosts:
@@ -129,7 +154,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     for client in clients:
         client.start()
     if options.partitions:
-        _schedule_partitions(sim, network, leaders, stop_at)
+        if follower_regions:
+            _schedule_region_partitions(sim, network, list(regions), stop_at)
+        else:
+            _schedule_partitions(sim, network, leaders, stop_at)
 
     sim.run_until(stop_at)
     network.heal()
@@ -156,7 +184,15 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     if dominance.violations:
         kinds["vc-dominance"] = len(dominance.violations)
         details["vc-dominance"] = dominance.violations[:3]
-    leaked = sum(host.replica.store.locked_count() for host in hosts)
+    if oracle is not None:
+        if oracle.violations:
+            kinds["committed-before-durable"] = len(oracle.violations)
+            details["committed-before-durable"] = oracle.violations[:3]
+        diverged = divergence(leader_replicas, followers)
+        if diverged:
+            kinds["follower-diverged"] = len(diverged)
+            details["follower-diverged"] = diverged[:3]
+    leaked = sum(replica.store.locked_count() for replica in leader_replicas)
     if leaked:
         kinds["leaked-locks"] = leaked
     stuck = [c.address for c in clients if c.current is not None]
@@ -202,6 +238,29 @@ def _schedule_partitions(sim: Simulator, network: Network, leaders: list[str], s
     sim.after(sim.rng.randrange(20 * MS, 100 * MS), strike)
 
 
+def _schedule_region_partitions(
+    sim: Simulator, network: Network, regions: list[str], stop_at: int
+) -> None:
+    """A nemesis: now and then cut one region (or the leaders' region) off, then heal."""
+
+    def members(region: str) -> list[str]:
+        return [a for a in network.addresses() if network.region_of(a) == region]
+
+    def strike() -> None:
+        if sim.now_ns >= stop_at:
+            return
+        victim = sim.rng.choice(regions)
+        inside = members(victim)
+        network.partition(inside, [a for a in network.addresses() if a not in inside])
+        sim.after(sim.rng.randrange(50 * MS, 300 * MS), heal)
+
+    def heal() -> None:
+        network.heal()
+        sim.after(sim.rng.randrange(100 * MS, 400 * MS), strike)
+
+    sim.after(sim.rng.randrange(50 * MS, 200 * MS), strike)
+
+
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
     results = [run_seed(seed, options, out_dir) for seed in seeds]
     return summarize(results, options)
@@ -222,6 +281,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "loss": options.loss,
         "break": options.break_step,
         "speculation": options.speculation,
+        "regions": options.regions,
         "transactions": transactions,
         "transactions_committed": sum(r.committed for r in results),
         "transactions_failed": sum(r.failed for r in results),
@@ -247,6 +307,8 @@ def replay_command(seed: int, options: SimOptions) -> str:
         parts.append("--partitions")
     if not options.speculation:
         parts.append("--no-speculation")
+    if options.regions != 1:
+        parts.append(f"--regions {options.regions}")
     if options.break_step:
         parts.append(f"--break {options.break_step}")
     return " ".join(parts)

@@ -452,7 +452,12 @@ class StreamLeader:
                 # With the window full, the next Accepted reply is what wakes the pipeline.
                 if self._batch_close_at is not None:
                     candidates.append(self._batch_close_at)
-                candidates.append(self._last_proposed_at + self.settings.heartbeat_interval_ns)
+                elif not self._queue:
+                    # A heartbeat is due only on an idle stream (tick's condition); listing
+                    # it with records open would wake the replica in a loop at one instant.
+                    candidates.append(
+                        self._last_proposed_at + self.settings.heartbeat_interval_ns
+                    )
             if self._sent_at:
                 candidates.append(min(self._sent_at.values()) + self.settings.accept_retry_ns)
             if self._announce_at is not None:
