@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run one shard-leader server process")
     serve.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
     serve.add_argument("--shard", required=True, type=int)
+    serve.add_argument("--role", choices=["leader", "follower"], default="leader")
+    serve.add_argument("--region", help="the follower's region")
     serve.set_defaults(run=cmd_serve)
 
     up = commands.add_parser("up", help="start a local cluster; Ctrl-C stops it")
@@ -151,7 +153,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _config(args.config)
     if not 0 <= args.shard < len(config.shards):
         raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
-    serve(config, args.shard)
+    serve(config, args.shard, args.role, args.region)
     return 0
 
 

@@ -50,6 +50,31 @@ class ShardConfig:
 
 
 @dataclass(frozen=True)
+class WanConfig:
+    """Wide-area emulation: every inter-region replication connection goes through one
+    ``meridian wan-proxy`` with this round trip (DESIGN.md §2; issue 5)."""
+
+    rtt_ms: float
+    jitter_ms: float
+    port_base: int
+    control: tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ReplicaNode:
+    """One server process: a shard's leader or one of its followers."""
+
+    role: str  # "leader" or "follower"
+    shard: int
+    region: str
+    rpc: tuple[str, int]
+
+    @property
+    def address(self) -> str:
+        return f"{self.rpc[0]}:{self.rpc[1]}"
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     name: str
     path: Path | None
@@ -61,6 +86,63 @@ class ClusterConfig:
     regions: tuple[str, ...]
     settings: Settings = field(default=DEFAULT_SETTINGS)
     client: dict[str, Any] = field(default_factory=dict)
+    replication_port_offset: int = 1000
+    wan: WanConfig | None = None
+    stream: dict[str, Any] = field(default_factory=dict)
+
+    def nodes(self) -> list[ReplicaNode]:
+        """Every server process: the leaders, then the followers, shard by shard."""
+        nodes = [ReplicaNode("leader", s.shard, s.region, s.leader) for s in self.shards]
+        for shard in self.shards:
+            nodes += [ReplicaNode("follower", shard.shard, r, a) for r, a in shard.followers]
+        return nodes
+
+    def node(self, role: str, shard: int, region: str | None = None) -> ReplicaNode:
+        for node in self.nodes():
+            if node.role == role and node.shard == shard and (region is None or node.region == region):
+                return node
+        raise ConfigError(f"no {role} of shard {shard}" + (f" in {region}" if region else ""))
+
+    def replication_listen(self, node: ReplicaNode) -> tuple[str, int]:
+        return node.rpc[0], node.rpc[1] + self.replication_port_offset
+
+    def wan_links(self) -> list[tuple[str, tuple[str, int], tuple[str, int], str, str, str]]:
+        """(name, listen, target, source host, from address, to address) per direction of
+        every leader-follower pair, when a wan section is configured."""
+        assert self.wan is not None
+        links = []
+        port = self.wan.port_base
+        for shard in self.shards:
+            leader = ReplicaNode("leader", shard.shard, shard.region, shard.leader)
+            for region, address in shard.followers:
+                follower = ReplicaNode("follower", shard.shard, region, address)
+                for src, dst in ((leader, follower), (follower, leader)):
+                    links.append((
+                        f"{src.region}-{dst.region}/{shard.shard}",
+                        (src.rpc[0], port),
+                        self.replication_listen(dst),
+                        src.rpc[0],
+                        src.address,
+                        dst.address,
+                    ))
+                    port += 1
+        return links
+
+    def replication_routes(self, node: ReplicaNode) -> dict[str, tuple[str, int]]:
+        """Where ``node`` dials each replica it sends Paxos messages to."""
+        routes: dict[str, tuple[str, int]] = {}
+        shard = self.shards[node.shard]
+        peers = (
+            [ReplicaNode("follower", shard.shard, r, a) for r, a in shard.followers]
+            if node.role == "leader"
+            else [ReplicaNode("leader", shard.shard, shard.region, shard.leader)]
+        )
+        if self.wan is None:
+            return {peer.address: self.replication_listen(peer) for peer in peers}
+        by_pair = {(src, dst): listen for _, listen, _, _, src, dst in self.wan_links()}
+        for peer in peers:
+            routes[peer.address] = by_pair[(node.address, peer.address)]
+        return routes
 
     def partitioner(self) -> Partitioner:
         if self.partitioner_kind == "prefix":
@@ -129,6 +211,22 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         settings = DEFAULT_SETTINGS.with_overrides(**overrides)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"[settings]: {exc}") from None
+    wan = None
+    raw_wan = data.get("wan")
+    if raw_wan is not None:
+        if not isinstance(raw_wan, dict):
+            raise ConfigError("[wan] must be a table")
+        try:
+            wan = WanConfig(
+                rtt_ms=float(raw_wan.get("rtt_ms", 50.0)),
+                jitter_ms=float(raw_wan.get("jitter_ms", 1.0)),
+                port_base=int(raw_wan.get("port_base", 9000)),
+                control=parse_address(raw_wan.get("control", "127.0.0.1:8999"), "wan.control"),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"[wan]: {exc}") from None
+        if wan.rtt_ms < 0 or wan.jitter_ms < 0:
+            raise ConfigError("[wan]: rtt_ms and jitter_ms are not negative")
     return ClusterConfig(
         name=str(cluster.get("name", "meridian")),
         path=path,
@@ -140,4 +238,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         regions=regions,
         settings=settings,
         client=dict(data.get("client", {})),
+        replication_port_offset=int(cluster.get("replication_port_offset", 1000)),
+        wan=wan,
+        stream=dict(data.get("stream", {})),
     )

@@ -7,6 +7,8 @@ Payloads are ``store.core.codec`` messages:
   without ``want_certified``, to wait for the final outcome).
 * ``PEER``: a message between shard leaders; a request's reply is the RPC response (an empty
   response for one-way messages such as gossip).
+* ``SNAPSHOT``: a ``SnapshotRead`` for a follower; the response is a ``SnapshotReply`` at the
+  follower's vector watermark (only committed transactions).
 * ``STATUS``: an empty request; the response is a msgpack map of the server's health and
   counters.
 """
@@ -14,3 +16,4 @@ Payloads are ``store.core.codec`` messages:
 SUBMIT = 1
 PEER = 2
 STATUS = 3
+SNAPSHOT = 4

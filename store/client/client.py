@@ -49,6 +49,7 @@ from store.core.errors import (
     Status,
     Unavailable,
 )
+from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.txn import OPS_PROCEDURE, check_ops
@@ -68,6 +69,23 @@ class TxnResult:
     certified_s: float
     committed_s: float | None
     attempts: int
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """A follower's snapshot of keys of one shard: committed data only, possibly stale.
+
+    ``vw`` is the vector watermark the snapshot is at: it shows exactly the transactions
+    whose clocks are at or below it. ``lag`` is how far the follower's watermark of its shard
+    trails the leader's (in counter values) when the client asked for it (None if not).
+    """
+
+    values: dict[str, Any]
+    scans: list[list[tuple[str, Any]]]
+    shard: int
+    region: str
+    vw: VectorClock
+    lag: int | None
 
 
 @dataclass
@@ -101,6 +119,9 @@ class Client:
         client_id: str | None = None,
     ) -> None:
         self._addresses = list(addresses)
+        self._config: ClusterConfig | None = None
+        self._replica_sessions: dict[tuple[str, int], Session] = {}
+        self._snapshot_ids = itertools.count(1)
         self.partitioner = partitioner
         self.settings = settings
         self.client_id = client_id or uuid.uuid4().hex[:16]
@@ -125,6 +146,7 @@ class Client:
         config = cluster if isinstance(cluster, ClusterConfig) else config_module.load(cluster)
         base = ClientSettings(**{**config.client, **overrides}) if settings is None else settings
         client = cls([s.leader for s in config.shards], config.partitioner(), base, client_id)
+        client._config = config
         for shard in range(len(client._addresses)):
             # A shard that is down now fails its transactions until it is back.
             with contextlib.suppress(Unavailable):
@@ -199,17 +221,81 @@ class Client:
         found = (await self.run_ops([["scan", lo, hi, limit]]))[0]
         return [(key, value) for key, value in found]
 
-    async def status(self) -> list[dict[str, Any] | None]:
-        """Each shard leader's health and counters (None for one that does not answer)."""
+    async def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
+        """Each shard leader's health and counters (None for one that does not answer);
+        with ``replicas``, every follower's too, after the leaders."""
+        targets = list(self._addresses)
+        if replicas and self._config is not None:
+            targets = [node.rpc for node in self._config.nodes()]
         statuses: list[dict[str, Any] | None] = []
-        for shard in range(len(self._addresses)):
+        for address in targets:
             try:
-                session = await self._session(shard)
+                session = await self._replica_session(address)
                 payload = await self._rpc.call(session, wire.STATUS, b"", timeout=self.settings.attempt_timeout_s)
                 statuses.append(msgpack.unpackb(payload))
             except (RpcError, Unavailable):
                 statuses.append(None)
         return statuses
+
+    async def read_snapshot(
+        self,
+        keys: Sequence[str] = (),
+        *,
+        scans: Sequence[tuple[str, str, int]] = (),
+        region: str | None = None,
+        with_lag: bool = False,
+    ) -> SnapshotResult:
+        """A read-only snapshot of keys of ONE shard, served by its follower in ``region``.
+
+        Shows only committed transactions, at the follower's vector watermark: consistent
+        within the shard, and as stale as replication to that region is (``vw`` says where
+        it is; ``with_lag`` also asks the leader how far behind that is).
+        """
+        if self._config is None:
+            raise InvalidRequest("snapshot reads need a cluster file (followers)")
+        shards = {self.partitioner.shard_of(key) for key in keys}
+        for lo, hi, _ in scans:
+            shards.update(self.partitioner.shards_of_range(lo, hi))
+        if len(shards) != 1:
+            raise InvalidRequest("a snapshot read covers the keys of one shard")
+        shard = shards.pop()
+        followers = self._config.shards[shard].followers
+        if not followers:
+            raise InvalidRequest(f"shard {shard} has no followers")
+        region = region or self._config.client.get("region") or followers[0][0]
+        address = next((a for r, a in followers if r == region), None)
+        if address is None:
+            raise InvalidRequest(f"shard {shard} has no follower in region {region!r}")
+        request = SnapshotRead(next(self._snapshot_ids), list(keys), [tuple(s) for s in scans])
+        try:
+            session = await self._replica_session(address)
+            answer = await self._rpc.call(
+                session, wire.SNAPSHOT, codec.encode(request), timeout=self.settings.timeout_s
+            )
+            reply = codec.decode(answer)
+        except (RpcError, InvalidRequest) as exc:
+            raise Unavailable(f"follower {address} of shard {shard}: {exc}") from None
+        if not isinstance(reply, SnapshotReply) or reply.req_id != request.req_id:
+            raise Unavailable(f"follower {address} of shard {shard} answered oddly")
+        lag = None
+        if with_lag:
+            leader_status = (await self.status())[shard]
+            if leader_status is not None:
+                lag = max(0, int(leader_status["watermark"]) - reply.vw[shard])
+        return SnapshotResult(
+            dict(zip(keys, reply.values, strict=True)), reply.scans, shard, region, reply.vw, lag
+        )
+
+    async def _replica_session(self, address: tuple[str, int]) -> Session:
+        session = self._replica_sessions.get(address)
+        if session is not None and session.error is None:
+            return session
+        try:
+            session = await self._rpc.connect(address, timeout=self.settings.connect_timeout_s)
+        except RpcError as exc:
+            raise Unavailable(f"{address[0]}:{address[1]} unreachable: {exc}") from None
+        self._replica_sessions[address] = session
+        return session
 
     # ---- internals -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import msgpack
 
 from store.core.errors import InvalidRequest
+from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import (
     AbortReply,
     AbortRequest,
@@ -76,6 +77,11 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ],
     SoloReply: lambda m: [14, m.txn_id, m.shard, m.ok, _vc(m.vc), m.watermark, _vc(m.durable)],
     Gossip: lambda m: [15, m.shard, [[s, w] for s, w in m.watermarks.items()]],
+    SnapshotRead: lambda m: [16, m.req_id, m.keys, [list(s) for s in m.scans]],
+    SnapshotReply: lambda m: [
+        17, m.req_id, m.shard, m.values, [[list(p) for p in scan] for scan in m.scans],
+        _vc(m.vw), m.applied_slots,
+    ],
 }
 
 
@@ -232,7 +238,24 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     14: (7, lambda f: SoloReply(_int(f[1], "txn_id"), _int(f[2], "shard"), _bool(f[3], "ok"),
                                 _clock(f[4]), _int(f[5], "watermark"), _clock(f[6]))),
     15: (3, lambda f: Gossip(_int(f[1], "shard"), _watermarks(f[2]))),
+    16: (4, lambda f: SnapshotRead(_int(f[1], "req_id"), _strs(f[2], "keys"), _scan_ranges(f[3]))),
+    17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),
+                                    _list(f[3], "values"), _pairs_lists(f[4]), _clock(f[5]),
+                                    _int(f[6], "applied_slots"))),
 }
+
+
+def _pairs_lists(value: Any) -> list[list[tuple[str, Any]]]:
+    scans = []
+    for scan in _list(value, "scans"):
+        pairs = []
+        for pair in _list(scan, "scan"):
+            pair = _list(pair, "pair")
+            if len(pair) != 2:
+                raise _bad("a scanned pair is [key, value]")
+            pairs.append((_str(pair[0], "key"), pair[1]))
+        scans.append(pairs)
+    return scans
 
 
 def decode(data: bytes | bytearray | memoryview, max_bytes: int = 64 << 20) -> Message:

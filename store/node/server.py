@@ -28,13 +28,16 @@ from typing import Any
 import msgpack
 
 from store import wire
-from store.config import ClusterConfig
+from store.config import ClusterConfig, ReplicaNode
 from store.core import codec
 from store.core.errors import InvalidRequest, Status
+from store.core.follower import ShardFollower, SnapshotRead
 from store.core.messages import Message, Outcome, Submit
+from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY
+from store.node.replication import ReplicationTransport
 from store.rpc import Nexus, ReqHandle, RpcError, Session
 from store.rpc.aio import Rpc, new_event_loop
 
@@ -58,25 +61,54 @@ def load_procedures(config: ClusterConfig) -> Procedures:
 
 
 class ShardServer:
-    def __init__(self, config: ClusterConfig, shard: int, loop: asyncio.AbstractEventLoop) -> None:
+    """One server process: a shard's leader, or one of its followers (``node.role``)."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        shard: int,
+        loop: asyncio.AbstractEventLoop,
+        node: ReplicaNode | None = None,
+    ) -> None:
         self.config = config
         self.shard = shard
         self.loop = loop
+        self.node = node or config.node("leader", shard)
         self.procedures = load_procedures(config)
-        self.replica = ShardLeader(
-            shard,
-            config.leader_addresses(),
-            config.partitioner(),
-            self.procedures,
-            config.settings,
-            now_ns=time.monotonic_ns(),
-        )
+        stream_settings = DEFAULT_STREAM_SETTINGS.with_overrides(**config.stream)
+        self.replica: ShardLeader | ShardFollower
+        if self.node.role == "leader":
+            self.replica = ShardLeader(
+                shard,
+                config.leader_addresses(),
+                config.partitioner(),
+                self.procedures,
+                config.settings,
+                now_ns=time.monotonic_ns(),
+                followers=[f"{host}:{port}" for _, (host, port) in config.shards[shard].followers],
+                stream_settings=stream_settings,
+            )
+        else:
+            self.replica = ShardFollower(
+                shard, self.node.address, stream_settings, now_ns=time.monotonic_ns()
+            )
         nexus = Nexus()
         nexus.register_req_func(wire.SUBMIT, self._on_submit)
         nexus.register_req_func(wire.PEER, self._on_peer)
         nexus.register_req_func(wire.STATUS, self._on_status)
-        host, port = config.shards[shard].leader
+        nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
+        host, port = self.node.rpc
         self.rpc = Rpc.udp(nexus, host, port, loop=loop)
+        routes = config.replication_routes(self.node)
+        self.transport: ReplicationTransport | None = None
+        if routes:
+            self.transport = ReplicationTransport(
+                self.node.address,
+                config.replication_listen(self.node),
+                routes,
+                self._on_paxos,
+                loop=loop,
+            )
         self._peer_sessions: dict[str, Session] = {}
         self._client_waiters: dict[tuple[str, int], list[tuple[ReqHandle, bool]]] = {}
         self._peer_replies: dict[str, ReqHandle] = {}
@@ -87,12 +119,45 @@ class ShardServer:
         self.counters: dict[str, Any] = {
             "submits": 0, "peer_messages": 0, "bad_requests": 0, "errors": 0,
         }
+        self.transport_routes = set(routes)
         self._flush()
 
     # ---- request handlers ----------------------------------------------------------------
 
+    async def start(self) -> None:
+        if self.transport is not None:
+            await self.transport.start()
+
+    def _on_paxos(self, src: str, message: PaxosMessage) -> None:
+        self._handle(src, message)
+
+    def _on_snapshot(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        try:
+            message = codec.decode(payload)
+            if not isinstance(message, SnapshotRead):
+                raise InvalidRequest("a SNAPSHOT request carries a SnapshotRead")
+            if not isinstance(self.replica, ShardFollower):
+                raise InvalidRequest("snapshot reads are served by followers")
+        except InvalidRequest:
+            self.counters["bad_requests"] += 1
+            return b""
+        return self._answer_synchronously(handle, message)
+
+    def _answer_synchronously(self, handle: ReqHandle, message: Message) -> bytes | None:
+        self._next_token += 1
+        token = f"{PEER_REPLY_PREFIX}{self._next_token}"
+        self._peer_replies[token] = handle
+        self._handle(token, message)
+        # A request the replica answers does so synchronously; anything else (gossip) gets
+        # an empty response so the sender's slot is freed.
+        if self._peer_replies.pop(token, None) is not None:
+            return b""
+        return None
+
     def _on_submit(self, handle: ReqHandle, payload: bytes) -> bytes | None:
         self.counters["submits"] += 1
+        if not isinstance(self.replica, ShardLeader):
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, "not a shard leader"))
         try:
             if len(payload) > self.config.settings.request_bytes_max:
                 raise InvalidRequest(
@@ -116,22 +181,32 @@ class ShardServer:
         except InvalidRequest:
             self.counters["bad_requests"] += 1
             return b""
-        if isinstance(message, Outcome | Submit):
+        if isinstance(message, Outcome | Submit) or not isinstance(self.replica, ShardLeader):
             self.counters["bad_requests"] += 1
             return b""
-        self._next_token += 1
-        token = f"{PEER_REPLY_PREFIX}{self._next_token}"
-        self._peer_replies[token] = handle
-        self._handle(token, message)
-        # A request the replica answers does so synchronously; anything else (gossip) gets
-        # an empty response so the sender's slot is freed.
-        leftover = self._peer_replies.pop(token, None)
-        if leftover is not None:
-            return b""
-        return None
+        return self._answer_synchronously(handle, message)
 
     def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
         replica = self.replica
+        if isinstance(replica, ShardFollower):
+            follower_status = {
+                "shard": self.shard,
+                "address": replica.address,
+                "region": self.node.region,
+                "role": "follower",
+                "pid": os.getpid(),
+                "uptime_s": round(time.time() - self.started_at, 3),
+                "watermark": replica.vw[self.shard],
+                "vector_watermark": {str(k): v for k, v in sorted(replica.vw.items())},
+                "keys": replica.store.key_count(),
+                "applied_slots": replica.applied_slots,
+                "counters": {
+                    "applied_records": replica.applied_records,
+                    **self.counters,
+                    **(self.transport.stats() if self.transport else {}),
+                },
+            }
+            return bytes(msgpack.packb(follower_status))
         coordinator = replica.coordinator
         status = {
             "shard": self.shard,
@@ -140,12 +215,16 @@ class ShardServer:
             "role": "leader",
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started_at, 3),
-            "watermark": replica.watermark.watermark,
+            "watermark": replica.durable_watermark(),
             "vector_watermark": {str(k): v for k, v in sorted(replica.vw.entries.items())},
             "keys": replica.store.key_count(),
             "locks_held": replica.store.locked_count(),
             "in_flight": coordinator.in_flight(),
-            "counters": {**coordinator.counters, **self.counters},
+            "counters": {
+                **coordinator.counters,
+                **self.counters,
+                **(self.transport.stats() if self.transport else {}),
+            },
             "procedures": self.procedures.names(),
         }
         packed: bytes = msgpack.packb(status)
@@ -181,6 +260,9 @@ class ShardServer:
                 handle = self._peer_replies.pop(dst, None)
                 if handle is not None:
                     self.rpc.enqueue_response(handle, codec.encode(message))
+            elif isinstance(message, PaxosMessage):
+                if self.transport is not None and dst in self.transport_routes:
+                    self.transport.send(dst, message)
             else:
                 self._send_peer(dst, message)
         wake_at = ready.wake_at
@@ -237,9 +319,11 @@ class ShardServer:
             log.warning("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})
             self._peer_sessions.pop(address, None)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self.transport is not None:
+            await self.transport.close()
         self.rpc.close()
 
 
@@ -292,16 +376,17 @@ class PauseMonitor:
         self.loop.call_later(0.05, self._tick)
 
 
-async def _serve(config: ClusterConfig, shard: int) -> None:
+async def _serve(config: ClusterConfig, node: ReplicaNode) -> None:
     loop = asyncio.get_running_loop()
-    server = ShardServer(config, shard, loop)
+    server = ShardServer(config, node.shard, loop, node)
+    await server.start()
     PauseMonitor(loop, server.counters)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     parent = os.getppid()
-    log.info("serving", extra={"fields": {"shard": shard, "address": server.replica.address, "pid": os.getpid()}})
-    print(f"shard {shard} serving on {server.replica.address}", flush=True)
+    log.info("serving", extra={"fields": {"shard": node.shard, "role": node.role, "address": node.address, "pid": os.getpid()}})
+    print(f"shard {node.shard} {node.role} ({node.region}) serving on {node.address}", flush=True)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
@@ -310,16 +395,24 @@ async def _serve(config: ClusterConfig, shard: int) -> None:
                 log.info("parent exited; stopping")
                 break
     log.info("stopping", extra={"fields": {"counters": server.counters}})
-    server.close()
+    await server.close()
 
 
-def serve(config: ClusterConfig, shard: int) -> None:
+def log_name(node: ReplicaNode) -> str:
+    if node.role == "leader":
+        return f"shard-{node.shard}"
+    return f"shard-{node.shard}-{node.region}"
+
+
+def serve(config: ClusterConfig, shard: int, role: str = "leader", region: str | None = None) -> None:
     from store.node import logs
 
-    logs.setup(config.run_dir / f"shard-{shard}.log")
+    node = config.node(role, shard, region)
+    logs.setup(config.run_dir / f"{log_name(node)}.log")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        loop.run_until_complete(_serve(config, shard))
+        loop.run_until_complete(_serve(config, node))
     finally:
         loop.close()

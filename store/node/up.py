@@ -26,20 +26,44 @@ class LocalCluster:
         self.config = config
         self.python = python
         self.children: list[subprocess.Popen[bytes]] = []
+        self.names: list[str] = []
 
     def start(self) -> None:
+        from store.node.server import log_name
+
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         assert self.config.path is not None, "a cluster started by 'up' needs a file"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for shard in self.config.shards:
-            out = open(self.config.run_dir / f"shard-{shard.shard}.out", "ab")  # noqa: SIM115
-            child = subprocess.Popen(
-                [self.python, "-m", "store.cli", "serve", "--config", str(self.config.path),
-                 "--shard", str(shard.shard)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            )
-            out.close()
-            self.children.append(child)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
+        # Leaders first (children[s] is shard s's leader), then followers, then the proxy.
+        for node in self.config.nodes():
+            command = [
+                self.python, "-m", "store.cli", "serve", "--config", str(self.config.path),
+                "--shard", str(node.shard), "--role", node.role,
+            ]
+            if node.role == "follower":
+                command += ["--region", node.region]
+            self._spawn(log_name(node), command, env)
+        if self.config.wan is not None:
+            wan = self.config.wan
+            command = [
+                self.python, "-m", "store.wan", "--delay-ms", str(wan.rtt_ms / 2),
+                "--jitter-ms", str(wan.jitter_ms), "--control", f"{wan.control[0]}:{wan.control[1]}",
+            ]
+            for name, listen, target, source, _, _ in self.config.wan_links():
+                command += [
+                    "--link",
+                    f"{name}={listen[0]}:{listen[1]}>{target[0]}:{target[1]}@{source}",
+                ]
+            self._spawn("wan-proxy", command, env)
+
+    def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
+        out = open(self.config.run_dir / f"{name}.out", "ab")  # noqa: SIM115
+        child = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        out.close()
+        self.children.append(child)
+        self.names.append(name)
 
     def wait_ready(self, timeout_s: float = 30.0) -> list[dict[str, Any]]:
         """Waits until every shard answers a status request; returns the statuses."""
@@ -51,12 +75,13 @@ class LocalCluster:
             try:
                 while True:
                     self._check_children()
-                    statuses = await client.status()
+                    statuses = await client.status(replicas=True)
                     if all(statuses):
                         return [s for s in statuses if s is not None]
                     if time.monotonic() > deadline:
-                        missing = [i for i, s in enumerate(statuses) if s is None]
-                        raise TimeoutError(f"shards {missing} did not answer in {timeout_s} s")
+                        nodes = self.config.nodes()
+                        missing = [nodes[i].address for i, s in enumerate(statuses) if s is None]
+                        raise TimeoutError(f"{missing} did not answer in {timeout_s} s")
                     await asyncio.sleep(0.1)
             finally:
                 await client.close()
@@ -64,12 +89,12 @@ class LocalCluster:
         return asyncio.run(poll())
 
     def _check_children(self) -> None:
-        for shard, child in enumerate(self.children):
+        for name, child in zip(self.names, self.children, strict=True):
             code = child.poll()
             if code is not None:
-                log = self.config.run_dir / f"shard-{shard}.out"
+                log = self.config.run_dir / f"{name}.out"
                 tail = log.read_text()[-2000:] if log.exists() else ""
-                raise RuntimeError(f"shard {shard} exited with {code}:\n{tail}")
+                raise RuntimeError(f"{name} exited with {code}:\n{tail}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         for child in self.children:
@@ -92,7 +117,13 @@ def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
     lines = [f"cluster {config.name!r}: {len(config.shards)} shard(s), regions {', '.join(config.regions)}"]
     for status in statuses:
         lines.append(
-            f"  shard {status['shard']}  leader {status['address']}  region {status['region']}  pid {status['pid']}"
+            f"  shard {status['shard']}  {status['role']:<8} {status['address']:<16} "
+            f"region {status['region']}  pid {status['pid']}"
+        )
+    if config.wan is not None:
+        lines.append(
+            f"  wan-proxy: {config.wan.rtt_ms:g} ms round trips between regions, control "
+            f"{config.wan.control[0]}:{config.wan.control[1]}"
         )
     lines.append(f"  cluster file: {config.path}")
     lines.append(f"  logs: {config.run_dir}/shard-<n>.log (JSON lines), shard-<n>.out")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from store.core import codec
 from store.core.errors import InvalidRequest
+from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import (
     AbortReply,
     AbortRequest,
@@ -50,6 +51,8 @@ MESSAGES = [
     SoloRequest(9, [("t/a", 4)], [], [("t/a", 2, False)], VC, 0),
     SoloReply(9, 0, True, VC, 41, VectorClock({3: 1})),
     Gossip(2, {0: 5, 2: 7}),
+    SnapshotRead(3, ["t/a", "t/b"], [("t/", "t0", 10)]),
+    SnapshotReply(3, 1, [1, None], [[("t/a", 1)]], VC, 12),
 ]
 
 
