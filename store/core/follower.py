@@ -88,6 +88,7 @@ class ShardFollower:
         self.shard = shard
         self.address = address
         self.stream = StreamFollower(shard, stream_settings)
+        self.stream_settings = stream_settings
         self.store = VersionedStore()
         self.vw = EMPTY
         self.applied_slots = 0
@@ -123,6 +124,11 @@ class ShardFollower:
         ready = self.stream.ready()
         self._outbox.extend(ready.messages)
         self._wake_at = ready.wake_at
+        if ready.chosen:
+            acceptor = self.stream.acceptor
+            forget = self.stream.learner.delivered_through - self.stream_settings.log_retained_slots
+            if forget > acceptor.forgotten_before:
+                acceptor.forget_before(forget)
         for _, entry in ready.chosen:
             self.applied_slots += 1
             if entry.kind != EntryKind.BATCH:

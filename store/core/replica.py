@@ -230,6 +230,11 @@ class ShardLeader:
         for _, entry in ready.chosen:
             if entry.kind == EntryKind.BATCH and entry.watermark > self._durable_mark:
                 self._durable_mark = entry.watermark
+        if ready.chosen:
+            forget = stream.chosen_through - stream.settings.log_retained_slots
+            if forget > stream.acceptor.forgotten_before:
+                stream.forget_before(forget)
+                stream.acceptor.forget_before(forget)
         self._stream_wake_at = ready.wake_at
 
     def _refresh_watermark(self) -> None:

@@ -133,6 +133,10 @@ class StreamSettings:
     fetch_entries_max: int = 256
     # Proposals a learner holds ahead of its delivery point; later ones are fetched.
     learner_window_slots: int = 4096
+    # Chosen slots a replica keeps (in its acceptor, and in the leader's log for lagging
+    # learners) below its newest chosen slot; older ones are forgotten (memory bound). A
+    # follower further behind than this needs state transfer, which is not built yet.
+    log_retained_slots: int = 10_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
