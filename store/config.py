@@ -31,6 +31,15 @@ from typing import Any
 
 from store.core.partition import Partitioner, PrefixPartitioner
 from store.core.settings import DEFAULT_SETTINGS, Settings
+from store.rpc.settings import RpcSettings
+
+# Meridian's RPC sessions, servers' and clients' alike (both ends of a session must agree on
+# its window). eRPC's 8 outstanding requests per session is too few here: a client waiting
+# for a commit holds a request for a wide-area round trip, and with 8 slots those waits
+# would queue every new transaction behind them.
+MERIDIAN_RPC_SETTINGS = RpcSettings(
+    session_credits=64, session_req_window=64, server_credits_max=256 * 64
+)
 
 
 class ConfigError(ValueError):
@@ -89,6 +98,7 @@ class ClusterConfig:
     replication_port_offset: int = 1000
     wan: WanConfig | None = None
     stream: dict[str, Any] = field(default_factory=dict)
+    rpc: RpcSettings = MERIDIAN_RPC_SETTINGS
 
     def nodes(self) -> list[ReplicaNode]:
         """Every server process: the leaders, then the followers, shard by shard."""
@@ -227,6 +237,10 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             raise ConfigError(f"[wan]: {exc}") from None
         if wan.rtt_ms < 0 or wan.jitter_ms < 0:
             raise ConfigError("[wan]: rtt_ms and jitter_ms are not negative")
+    try:
+        rpc = MERIDIAN_RPC_SETTINGS.replace(**data.get("rpc", {}))
+    except TypeError as exc:
+        raise ConfigError(f"[rpc]: {exc}") from None
     return ClusterConfig(
         name=str(cluster.get("name", "meridian")),
         path=path,
@@ -241,4 +255,5 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         replication_port_offset=int(cluster.get("replication_port_offset", 1000)),
         wan=wan,
         stream=dict(data.get("stream", {})),
+        rpc=rpc,
     )

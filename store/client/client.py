@@ -39,7 +39,7 @@ import msgpack
 
 from store import config as config_module
 from store import wire
-from store.config import ClusterConfig
+from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core import codec
 from store.core.errors import (
     ERROR_OF_STATUS,
@@ -54,7 +54,7 @@ from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.txn import OPS_PROCEDURE, check_ops
 from store.core.vclock import VectorClock
-from store.rpc import Nexus, RpcError, Session, SessionError
+from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionError
 from store.rpc.aio import Rpc, new_event_loop
 
 
@@ -117,6 +117,7 @@ class Client:
         partitioner: Partitioner,
         settings: ClientSettings,
         client_id: str | None = None,
+        rpc_settings: RpcSettings = MERIDIAN_RPC_SETTINGS,
     ) -> None:
         self._addresses = list(addresses)
         self._config: ClusterConfig | None = None
@@ -125,7 +126,7 @@ class Client:
         self.partitioner = partitioner
         self.settings = settings
         self.client_id = client_id or uuid.uuid4().hex[:16]
-        self._rpc = Rpc.udp(Nexus(), "127.0.0.1", 0)
+        self._rpc = Rpc.udp(Nexus(), "127.0.0.1", 0, settings=rpc_settings)
         self._sessions: dict[int, Session] = {}
         self._seq = itertools.count(1)
         self._round_robin = itertools.count()
@@ -145,7 +146,9 @@ class Client:
         """Connects to a cluster given its cluster file (or a parsed one)."""
         config = cluster if isinstance(cluster, ClusterConfig) else config_module.load(cluster)
         base = ClientSettings(**{**config.client, **overrides}) if settings is None else settings
-        client = cls([s.leader for s in config.shards], config.partitioner(), base, client_id)
+        client = cls(
+            [s.leader for s in config.shards], config.partitioner(), base, client_id, config.rpc
+        )
         client._config = config
         for shard in range(len(client._addresses)):
             # A shard that is down now fails its transactions until it is back.
@@ -344,6 +347,57 @@ class Client:
                 await asyncio.sleep(backoff * (0.5 + self._rng.random()))
                 backoff = min(backoff * 2, self.settings.backoff_max_s)
         raise AssertionError("unreachable")
+
+    async def run_pipelined(
+        self, procedure: str, *args: Any, route: str | int | None = None
+    ) -> tuple[TxnResult, asyncio.Future[TxnResult]]:
+        """Returns as soon as the transaction is certified, with a future of its commit.
+
+        The certified result MAY BE ROLLED BACK until the future resolves (Mako's workers run
+        closed loops this way: the next transaction as soon as this one is certified). With
+        speculation off on the servers, certification waits for commit and both arrive
+        together.
+        """
+        if self._closed:
+            raise Unavailable("client closed")
+        shard = self._shard_for(route)
+        backoff = self.settings.backoff_initial_s
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, self.settings.retries_max + 2):
+            submit = Submit(self.client_id, next(self._seq), procedure, list(args), True)
+            pending = PendingTxn(shard, submit, time.monotonic())
+            outcome = await self._exchange(pending, want_certified=True)
+            certified_s = time.monotonic() - pending.started
+            status = Status(outcome.status)
+            if status == Status.CERTIFIED:
+                certified = TxnResult(outcome.result, "certified", outcome.vc, certified_s, None, attempt)
+                return certified, loop.create_task(
+                    self._await_commit(pending, outcome.result, certified_s, attempt)
+                )
+            if status == Status.COMMITTED:
+                committed = TxnResult(
+                    outcome.result, "committed", outcome.vc, certified_s, certified_s, attempt
+                )
+                future: asyncio.Future[TxnResult] = loop.create_future()
+                future.set_result(committed)
+                return committed, future
+            if status != Status.ABORTED or attempt > self.settings.retries_max:
+                raise ERROR_OF_STATUS.get(status, InvalidRequest)(outcome.detail or status.name)
+            await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+            backoff = min(backoff * 2, self.settings.backoff_max_s)
+        raise AssertionError("unreachable")
+
+    async def _await_commit(
+        self, pending: PendingTxn, result: Any, certified_s: float, attempt: int
+    ) -> TxnResult:
+        outcome = await self._exchange(pending, want_certified=False)
+        if outcome.status != Status.COMMITTED:
+            status = Status(outcome.status)
+            raise ERROR_OF_STATUS.get(status, InvalidRequest)(outcome.detail or status.name)
+        return TxnResult(
+            result if outcome.result is None else outcome.result, "committed", outcome.vc,
+            certified_s, time.monotonic() - pending.started, attempt,
+        )
 
     async def resume(self, pending: PendingTxn, speculative: bool = False) -> TxnResult:
         """Asks again for a transaction whose outcome was unknown (same id: never runs twice)."""

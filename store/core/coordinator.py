@@ -530,21 +530,24 @@ class Coordinator:
         self.counters["certified"] += 1
         if self._observer is not None:
             self._observer(txn.txn_id, vc, full, txn.read_from)
-        if txn.want_certified and self.settings.speculation:
-            self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
         self._awaiting_commit[txn.txn_id] = txn
-        self._wait_or_commit(txn)
+        # A transaction already durable (a read of durable data, say) is answered COMMITTED
+        # at once, without a CERTIFIED first that would cost the client a second request.
+        if self._wait_or_commit(txn) and txn.want_certified and self.settings.speculation:
+            self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
 
-    def _wait_or_commit(self, txn: _Txn) -> None:
+    def _wait_or_commit(self, txn: _Txn) -> bool:
+        """Commits ``txn`` if its clock is under the watermark; True if it must wait."""
         watermark = self.vw.entries
         for shard, counter in txn.vc.items():
             if counter > watermark.get(shard, 0):
                 heapq.heappush(self._blocked_on.setdefault(shard, []), (counter, txn.txn_id))
-                return
+                return True
         del self._awaiting_commit[txn.txn_id]
         self.counters["committed"] += 1
         self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
         self._forget_if_done(txn)
+        return False
 
     def check_commits(self, shard: int | None = None) -> None:
         """Tells clients COMMITTED for every certified transaction now under the watermark.

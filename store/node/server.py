@@ -98,7 +98,7 @@ class ShardServer:
         nexus.register_req_func(wire.STATUS, self._on_status)
         nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
         host, port = self.node.rpc
-        self.rpc = Rpc.udp(nexus, host, port, loop=loop)
+        self.rpc = Rpc.udp(nexus, host, port, settings=config.rpc, loop=loop)
         routes = config.replication_routes(self.node)
         self.transport: ReplicationTransport | None = None
         if routes:
