@@ -11,7 +11,7 @@ Clients run closed loops as Mako's workers do: each issues its next transaction 
 the previous one is certified (``Client.run_pipelined``), and records the committed latency
 when that answer arrives.
 
-    python bench/geo.py [--clients 16] [--duration 15] [--json]
+    python bench/geo.py [--clients 12] [--duration 15] [--json]
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def run_configuration(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=16, help="closed-loop clients, every run")
+    parser.add_argument("--clients", type=int, default=12, help="closed-loop clients, every run")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per configuration")
     parser.add_argument("--keys-per-shard", type=int, default=10_000)
     parser.add_argument("--remote", type=float, default=0.05)
