@@ -2,19 +2,24 @@
 
     python bench/tpcc.py --local --shards 2 --warehouses-per-shard 2 --duration 60 --json
 
-``--local`` runs the real shard-leader code in this process on a fault-free simulated
-network (``store.sim.local.LocalCluster``): latencies are the simulated cluster's, and
-throughput is what this one Python process achieves. Otherwise the command starts a
-one-region cluster of server processes on loopback (``--base-port``) and drives it through
-the client SDK, or uses a running one named by ``--connect FILE`` (its cluster file must
-load ``bench.tpcc.procedures:register`` and use the prefix partitioner). The functions
-between the "REAL CLUSTER" markers below are all that ties the benchmark to it.
+By default the command starts a cluster of server processes on loopback (``--base-port``)
+in three regions: every shard leader in ``us``, a follower of each shard in ``eu`` and
+``ap``, replication between regions through ``meridian wan-proxy`` at ``--rtt-ms`` round
+trips (``--regions 1``: leaders only). It drives the leaders through the client SDK, or
+uses a running cluster named by ``--connect FILE`` (its cluster file must load
+``bench.tpcc.procedures:register`` and use the prefix partitioner). ``--local`` runs the
+real shard-leader code in this process on a fault-free simulated network
+(``store.sim.local.LocalCluster``): latencies are the simulated cluster's, and throughput
+is what this one Python process achieves. The functions between the "REAL CLUSTER" markers
+below are all that ties the benchmark to a cluster.
 
 The report gives throughput (transactions/s, New-Orders per minute), per-type p50/p99
 latency (certified and committed), the conflict abort rate, the rollback rate
 (rolled-back New-Orders / New-Orders), the measured mix, the cross-shard fraction, the
-twelve consistency conditions after the load and after the run, and a plot of throughput
-per second saved in the run directory. ``--json`` prints it as one object.
+twelve consistency conditions after the load and after the run on every replica (the
+leaders through ``tpcc_scan`` transactions, each region's followers through snapshot reads
+once they have caught up), and a plot of throughput per second saved in the run directory.
+``--json`` prints it as one object.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 elif str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.tpcc import consistency, loader, procedures  # noqa: E402
+from bench.tpcc import consistency, loader, procedures, replicas  # noqa: E402
 from bench.tpcc.driver import Completed, Driver, DriverConfig, Stats, Target  # noqa: E402
 from bench.tpcc.plot import write_throughput  # noqa: E402
 from bench.tpcc.schema import Scale  # noqa: E402
@@ -45,6 +50,8 @@ from store.core.settings import DEFAULT_SETTINGS  # noqa: E402
 
 DEFAULT_SCALE_FACTOR = 10.0
 DEFAULT_CLIENTS_PER_WAREHOUSE = 2
+# The name of the leaders' replica set when they have no region to name it (``--local``).
+LEADERS = "leaders"
 
 
 class Session:
@@ -59,6 +66,18 @@ class Session:
     async def rows(self, warehouses: Sequence[int]) -> dict[str, Any]:
         """Every row of the TPC-C tables of ``warehouses`` (nothing else may be running)."""
         raise NotImplementedError
+
+    def replica_names(self) -> list[str]:
+        """The replica sets holding every warehouse; the first is the leaders'."""
+        return [LEADERS]
+
+    async def replica_rows(self, name: str, warehouses: Sequence[int]) -> dict[str, Any]:
+        """``rows`` as the replica set ``name`` holds them."""
+        return await self.rows(warehouses)
+
+    async def catch_up(self) -> dict[str, Any] | None:
+        """Waits for the followers to show what the leaders have committed (if any)."""
+        return None
 
     async def close(self) -> None:
         return None
@@ -99,10 +118,28 @@ class LocalSession(Session):
 class ClusterSession(Session):
     """A cluster of server processes reached through the client SDK."""
 
-    def __init__(self, client: Any, shard_count: int) -> None:
+    def __init__(self, client: Any, config: Any) -> None:
         self.client = client
+        self.config = config
         self.target = _SdkTarget(client)
-        self.shard_count = shard_count
+        self.shard_count = len(config.shards)
+        self.replicas, notes = replicas.replicas_of(config)
+        for note in notes:
+            _log(f"tpcc: not checked: {note}")
+
+    def replica_names(self) -> list[str]:
+        return [replica.name for replica in self.replicas]
+
+    async def replica_rows(self, name: str, warehouses: Sequence[int]) -> dict[str, Any]:
+        replica = next(r for r in self.replicas if r.name == name)
+        if replica.region is None:
+            return await self.rows(warehouses)
+        return await replicas.follower_rows(self.client, warehouses, replica.region)
+
+    async def catch_up(self) -> dict[str, Any] | None:
+        if len(self.replicas) == 1:
+            return None
+        return await replicas.wait_caught_up(self.client, self.config)
 
     async def load(self, rows_by_shard: list[dict[str, Any]], progress: bool) -> None:
         await loader.load_through_transactions(self.target.run, rows_by_shard, progress=progress)
@@ -163,17 +200,38 @@ class _SdkTarget:
 # ``prepare_cluster`` finds (--connect) or starts one, ``connect_cluster`` opens a client.
 PROCEDURE_MODULE = "bench.tpcc.procedures:register"
 DEFAULT_BASE_PORT = 7500
+DEFAULT_REGIONS = 3
+DEFAULT_RTT_MS = 50.0
+# The regions of a started cluster: leaders in the first, a follower of each shard in the
+# others (loopback addresses 127.0.0.1, .2 and .3, the same ports).
+REGION_NAMES = ("us", "eu", "ap")
 # Rows per tpcc_scan page: a page of 5000 customers is about 3.5 MB, one answer the RPC
 # layer may fail to deliver within its session timeout; 500 rows keep answers near 350 KB.
 SNAPSHOT_PAGE_ROWS = 500
 # Times one transaction whose outcome is unknown is asked for again (same id, never rerun).
 RESUMES_MAX = 5
+# The wan-proxy's first port above --base-port (its control port is one below).
+WAN_PORT_OFFSET = 500
+READY_TIMEOUT_S = 60.0
 
 
-def cluster_file(directory: Path, shard_count: int, base_port: int) -> Path:
-    """A one-region cluster file with the TPC-C procedures and warehouse placement."""
+def cluster_file(
+    directory: Path,
+    shard_count: int,
+    base_port: int,
+    regions: int = DEFAULT_REGIONS,
+    rtt_ms: float = DEFAULT_RTT_MS,
+) -> Path:
+    """A cluster file with the TPC-C procedures and warehouse placement.
+
+    Shard s's leader is 127.0.0.1:(base_port + s) in ``us``; with 3 regions its followers
+    are 127.0.0.2 and 127.0.0.3 on the same port in ``eu`` and ``ap`` (replication on
+    port + 1000), and the wan-proxy listens from base_port + 500 (control base_port + 499).
+    """
+    names = REGION_NAMES[:regions]
     lines = [
-        "# Written by bench/tpcc.py: one region on loopback, warehouse w on shard w mod S.",
+        f"# Written by bench/tpcc.py: {regions} region(s) on loopback, warehouse w on shard"
+        " w mod S.",
         "[cluster]",
         'name = "tpcc"',
         f"run_dir = {json.dumps(str(directory / 'cluster'))}",
@@ -183,11 +241,28 @@ def cluster_file(directory: Path, shard_count: int, base_port: int) -> Path:
         "[settings]",
         "peer_retry_ns = 200_000_000",
         "peer_attempts_max = 15",
-        "[[regions]]",
-        'name = "us"',
     ]
+    if regions > 1:
+        lines += ["[client]", "timeout_s = 10.0"]
+    for name in names:
+        lines += ["[[regions]]", f"name = {json.dumps(name)}"]
     for shard in range(shard_count):
-        lines += ["[[shards]]", f'leader = "127.0.0.1:{base_port + shard}"']
+        port = base_port + shard
+        lines += ["[[shards]]", f'leader = "127.0.0.1:{port}"', f"region = {json.dumps(names[0])}"]
+        if regions > 1:
+            followers = ", ".join(
+                f'{{ region = {json.dumps(name)}, address = "127.0.0.{index + 1}:{port}" }}'
+                for index, name in enumerate(names) if index > 0
+            )
+            lines.append(f"followers = [{followers}]")
+    if regions > 1:
+        lines += [
+            "[wan]",
+            f"rtt_ms = {float(rtt_ms)}",
+            f"jitter_ms = {min(1.0, float(rtt_ms) / 10)}",
+            f"port_base = {base_port + WAN_PORT_OFFSET}",
+            f'control = "127.0.0.1:{base_port + WAN_PORT_OFFSET - 1}"',
+        ]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "tpcc-cluster.toml"
     path.write_text("\n".join(lines) + "\n")
@@ -211,15 +286,26 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
         return config, None
     from store.node.up import LocalCluster as ProcessCluster
 
-    config = config_module.load(cluster_file(run_dir, args.shards, args.base_port))
+    config = config_module.load(
+        cluster_file(run_dir, args.shards, args.base_port, args.regions, args.rtt_ms)
+    )
     processes = ProcessCluster(config)
     processes.start()
     try:
-        processes.wait_ready()
+        processes.wait_ready(timeout_s=READY_TIMEOUT_S)
     except BaseException:
         processes.stop()
         raise
-    _log(f"tpcc: started {len(config.shards)} shard servers (logs in {config.run_dir})")
+    followers = sum(len(shard.followers) for shard in config.shards)
+    _log(
+        f"tpcc: started {len(config.shards)} shard leaders"
+        + (
+            f" and {followers} followers in {', '.join(config.regions[1:])}"
+            f" ({config.wan.rtt_ms:g} ms round trips)"
+            if followers and config.wan is not None else ""
+        )
+        + f" (logs in {config.run_dir})"
+    )
     return config, processes
 
 
@@ -227,7 +313,7 @@ async def connect_cluster(config: Any, terminals: int) -> Session:
     from store.client import Client
 
     client = await Client.connect(config, in_flight_max=max(256, 2 * terminals))
-    return ClusterSession(client, len(config.shards))
+    return ClusterSession(client, config)
 # =============================================================================================
 
 
@@ -238,6 +324,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     where.add_argument("--connect", type=Path, metavar="FILE", help="a running cluster's file")
     parser.add_argument(
         "--base-port", type=int, default=DEFAULT_BASE_PORT, help="first port of a started cluster"
+    )
+    parser.add_argument(
+        "--regions", type=int, choices=(1, 3), default=DEFAULT_REGIONS,
+        help="regions of a started cluster: leaders in us, followers in eu and ap (default 3)",
+    )
+    parser.add_argument(
+        "--rtt-ms", type=float, default=DEFAULT_RTT_MS,
+        help=f"round trip between regions of a started cluster (default {DEFAULT_RTT_MS:g})",
     )
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--warehouses-per-shard", type=int, default=2)
@@ -260,6 +354,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--shards, --warehouses-per-shard and --duration must be positive")
     if args.clients is not None and args.clients < 1:
         parser.error("--clients must be positive")
+    if args.rtt_ms < 0:
+        parser.error("--rtt-ms must not be negative")
     return args
 
 
@@ -274,18 +370,40 @@ def _live_line(second: int, stats: Stats) -> None:
     _log(f"tpcc [{second:4d}s] {completed} transactions, {new_orders} New-Orders, {aborts} aborts")
 
 
-async def _check(session: Session, warehouses: Sequence[int], scale: Scale) -> consistency.Report:
-    """The twelve conditions on the session's data; all false if it cannot be read."""
+async def _check(
+    session: Session, name: str, warehouses: Sequence[int], scale: Scale
+) -> consistency.Report:
+    """The twelve conditions on replica set ``name``'s data; all false if it cannot be read."""
     from store.core.errors import MeridianError
 
     try:
-        rows = await session.rows(warehouses)
+        rows = await session.replica_rows(name, warehouses)
     except MeridianError as exc:
         report = consistency.Report()
         for number in consistency.CONDITIONS:
             report.fail(number, f"could not read the data: {type(exc).__name__}: {exc}")
         return report
     return consistency.check(rows, scale)
+
+
+async def _check_replicas(
+    session: Session, warehouses: Sequence[int], scale: Scale, when: str
+) -> tuple[dict[str, consistency.Report], dict[str, Any] | None]:
+    """The twelve conditions on every replica set, the followers once they have caught up;
+    ({replica set: report}, how the catch-up went or None)."""
+    caught_up = await session.catch_up()
+    if caught_up is not None:
+        lagging = {region: n for region, n in caught_up["behind"].items() if n}
+        _log(
+            f"tpcc: {when}, followers caught up in {caught_up['waited_s']:.2f} s"
+            if not lagging else f"tpcc: {when}, followers STILL BEHIND after"
+            f" {caught_up['waited_s']:.0f} s: {lagging}"
+        )
+    reports = {}
+    for name in session.replica_names():
+        reports[name] = await _check(session, name, warehouses, scale)
+        _log(f"tpcc: {when}, {name}: " + reports[name].summary())
+    return reports, caught_up
 
 
 async def benchmark(
@@ -309,8 +427,9 @@ async def benchmark(
         del rows_by_shard
         load_s = time.monotonic() - started
         _log(f"tpcc: loaded {len(warehouses)} warehouses ({scale}) in {load_s:.1f} s")
-        after_load = await _check(session, warehouses, scale)
-        _log("tpcc: after the load, " + after_load.summary())
+        load_replicas, load_catch_up = await _check_replicas(
+            session, warehouses, scale, "after the load"
+        )
 
         config = DriverConfig(
             warehouses, shard_count, scale, terminals, seed=args.seed, duration_s=args.duration,
@@ -318,8 +437,10 @@ async def benchmark(
         )
         driver = Driver(session.target, config, on_second=None if args.no_progress else _live_line)
         stats = await driver.run()
-        after_run = await _check(session, warehouses, scale)
-        _log("tpcc: after the run, " + after_run.summary())
+        run_replicas, run_catch_up = await _check_replicas(
+            session, warehouses, scale, "after the run"
+        )
+        replica_names = session.replica_names()
     finally:
         await session.close()
 
@@ -330,14 +451,36 @@ async def benchmark(
         + (" (in-process)" if args.local else "")
     )
     plot = write_throughput(report, run_dir, title)
+    leaders = replica_names[0]
+    failures: dict[str, dict[int, list[str]]] = {}
+    for reports, when in ((load_replicas, "after_load"), (run_replicas, "after_run")):
+        for name, checked in reports.items():
+            if checked.failures:
+                failures.setdefault(name, {}).update(
+                    {number: [f"{when}: {text}" for text in texts]
+                     for number, texts in checked.failures.items()}
+                )
     report.update(
-        consistency={number: holds for number, holds in sorted(after_run.conditions.items())},
-        consistency_after_load=dict(sorted(after_load.conditions.items())),
-        consistency_failures={**after_load.failures, **after_run.failures},
+        consistency=dict(sorted(run_replicas[leaders].conditions.items())),
+        consistency_after_load=dict(sorted(load_replicas[leaders].conditions.items())),
+        consistency_failures={
+            **load_replicas[leaders].failures, **run_replicas[leaders].failures
+        },
+        consistency_replicas={
+            name: dict(sorted(checked.conditions.items())) for name, checked in run_replicas.items()
+        },
+        consistency_replicas_after_load={
+            name: dict(sorted(checked.conditions.items()))
+            for name, checked in load_replicas.items()
+        },
+        consistency_replica_failures=failures,
+        replication_catch_up={"after_load": load_catch_up, "after_run": run_catch_up},
         plot=None if plot is None else str(plot),
         run_dir=str(run_dir),
         setup={
             "mode": "local" if args.local else "cluster",
+            "regions": _regions(args, cluster_config),
+            "replicas_checked": replica_names,
             "shards": shard_count,
             "warehouses": len(warehouses),
             "terminals": terminals,
@@ -356,11 +499,29 @@ async def benchmark(
     return report
 
 
+def _regions(args: argparse.Namespace, cluster_config: Any | None) -> list[str]:
+    if cluster_config is None:
+        return []
+    return list(cluster_config.regions)
+
+
+def all_conditions_hold(report: dict[str, Any]) -> bool:
+    """Every condition true on every replica set, after the load and after the run."""
+    return all(
+        all(conditions.values())
+        for key in ("consistency_replicas", "consistency_replicas_after_load")
+        for conditions in report[key].values()
+    ) and all(report["consistency"].values())
+
+
 def human_report(report: dict[str, Any]) -> str:
     setup = report["setup"]
+    where = setup["mode"]
+    if setup["regions"]:
+        where += ", regions " + "/".join(setup["regions"])
     lines = [
         f"TPC-C: {setup['warehouses']} warehouses on {setup['shards']} shards, "
-        f"{setup['terminals']} terminals, {report['elapsed_s']:.1f} s ({setup['mode']})",
+        f"{setup['terminals']} terminals, {report['elapsed_s']:.1f} s ({where})",
         f"  throughput     {report['txn_per_s']:.1f} transactions/s, "
         f"{report['new_order_per_min']:.0f} New-Orders/min",
         f"  abort rate     {report['abort_rate']:.2%} (conflicts, retried)",
@@ -375,9 +536,14 @@ def human_report(report: dict[str, Any]) -> str:
             for name in ("certified_p50", "certified_p99", "committed_p50", "committed_p99")
         ]
         lines.append(f"    {kind:<13} {shown[0]}/{shown[1]}, {shown[2]}/{shown[3]}")
-    verdict = "all true" if all(report["consistency"].values()) else "FAILED"
-    failed = [n for n, holds in report["consistency"].items() if not holds]
-    lines.append(f"  consistency    conditions 1-12 {verdict} {failed or ''}".rstrip())
+    lines.append("  consistency    conditions 1-12 after the load / after the run, per replica set")
+    for name, conditions in report["consistency_replicas"].items():
+        verdicts = []
+        for checked in (report["consistency_replicas_after_load"][name], conditions):
+            failed = [n for n, holds in checked.items() if not holds]
+            verdicts.append("all true" if not failed else f"FAILED {failed}")
+        role = "leaders" if name == setup["replicas_checked"][0] else "followers"
+        lines.append(f"    {name:<13} ({role}) {verdicts[0]} / {verdicts[1]}")
     lines.append(f"  plot           {report['plot'] or 'skipped'}")
     if report["errors"]:
         lines.append("  errors         " + "; ".join(report["errors"][:3]))
@@ -406,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report))
     else:
         print(human_report(report))
-    return 0 if all(report["consistency"].values()) else 1
+    return 0 if all_conditions_hold(report) else 1
 
 
 if __name__ == "__main__":
