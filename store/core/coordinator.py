@@ -441,7 +441,7 @@ class Coordinator:
             full = full.with_entry(shard, counter)
         # Sparse clocks (DESIGN.md §4): entries at or below the known vector watermark are
         # durable and carry no information; participants learn them as watermarks instead.
-        vc = full.above(self.vw.entries)
+        vc = full.above(self.vw.entries) if self.settings.sparse_clocks else full
         txn.durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
         txn.full_vc = full
         txn.vc = vc

@@ -293,7 +293,7 @@ class Participant:
             return None
         if not writes:
             self.stamp_reads(reads, scans, read_vc)
-            return read_vc.above(self._vector_watermark), read_vc
+            return self._sparse(read_vc), read_vc
         keys = [key for key, _, _ in writes]
         if not self._skip_locking and any(
             (owner := self.store.lock_owner(key)) is not None and owner != txn_id for key in keys
@@ -302,7 +302,7 @@ class Participant:
             return None
         counter = self.watermark.draw()
         full = read_vc.merge(self.dependencies(keys)).with_entry(self.shard, counter)
-        vc = full.above(self._vector_watermark)
+        vc = self._sparse(full)
         self.stamp_reads(reads, scans, vc)
         self._assert_dominates_overwritten(writes, vc)
         if not self._speculation and not self._skip_locking:
@@ -318,6 +318,11 @@ class Participant:
         return vc, full
 
     # ---- helpers -------------------------------------------------------------------------
+
+    def _sparse(self, clock: VectorClock) -> VectorClock:
+        if not self.settings.sparse_clocks:
+            return clock
+        return clock.above(self._vector_watermark)
 
     def _assert_dominates_overwritten(self, writes: list[Write], vc: VectorClock) -> None:
         """DESIGN.md §3's invariant, write-write part: a new version's clock dominates the

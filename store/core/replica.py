@@ -120,6 +120,7 @@ class ShardLeader:
             )
             self._pump_stream()
         self._gossip_at = now_ns + settings.gossip_interval_ns
+        self._gossip_next = 0
         self._gc_at = now_ns + settings.gc_interval_ns
         self._handlers: dict[type, Callable[[int, str, Message], None]] = {
             Submit: self._on_submit,
@@ -164,10 +165,13 @@ class ShardLeader:
         self.coordinator.on_timer(now_ns)
         if now_ns >= self._gossip_at:
             self._gossip_at = now_ns + self.settings.gossip_interval_ns
-            gossip = Gossip(self.shard, {self.shard: self.durable_watermark()})
-            for shard, address in enumerate(self.peers):
-                if shard != self.shard:
-                    self._outbox.append((address, gossip))
+            others = len(self.peers) - 1
+            if others:
+                gossip = Gossip(self.shard, dict(self.vw.entries))
+                for step in range(min(self.settings.gossip_fanout, others)):
+                    shard = (self.shard + 1 + (self._gossip_next + step) % others) % len(self.peers)
+                    self._outbox.append((self.peers[shard], gossip))
+                self._gossip_next = (self._gossip_next + self.settings.gossip_fanout) % others
         self._pump_stream()
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
