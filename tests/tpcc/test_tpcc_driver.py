@@ -148,17 +148,39 @@ def test_the_command_reports_json_with_the_required_fields(
 def test_the_command_runs_on_a_cluster_of_server_processes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The issue's command without --local: it starts two shard servers, loads through
-    tpcc_load, drives them through the SDK and checks the conditions through tpcc_scan."""
+    """The issue's command without --local: it starts two shard leaders in us and their
+    followers in eu and ap, loads through tpcc_load, drives the leaders through the SDK and
+    checks the conditions on the leaders (tpcc_scan) and on each region's followers
+    (snapshot reads)."""
     base_port = 21000 + (os.getpid() % 200) * 10
     status, report = run_command([
         "--shards", "2", "--warehouses-per-shard", "1", "--duration", "2", "--scale-factor", "100",
-        "--json", "--no-progress", "--run-dir", str(tmp_path), "--base-port", str(base_port),
+        "--rtt-ms", "5", "--json", "--no-progress", "--run-dir", str(tmp_path),
+        "--base-port", str(base_port),
     ], capsys)
     assert status == 0
     assert_report_is_complete(report)
     assert report["setup"]["mode"] == "cluster"
+    assert report["setup"]["regions"] == ["us", "eu", "ap"]
+    every = {str(n): True for n in range(1, 13)}
+    for key in ("consistency_replicas", "consistency_replicas_after_load"):
+        assert report[key] == {"us": every, "eu": every, "ap": every}
     assert (tmp_path / "cluster" / "shard-0.log").exists()
+
+
+def test_the_command_still_runs_on_one_region(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base_port = 23000 + (os.getpid() % 200) * 10
+    status, report = run_command([
+        "--regions", "1", "--shards", "1", "--warehouses-per-shard", "1", "--duration", "1",
+        "--scale-factor", "100", "--json", "--no-progress", "--run-dir", str(tmp_path),
+        "--base-port", str(base_port),
+    ], capsys)
+    assert status == 0
+    assert_report_is_complete(report)
+    assert report["setup"]["regions"] == ["us"]
+    assert list(report["consistency_replicas"]) == ["us"]
 
 
 def test_throughput_plot_is_written_when_matplotlib_is_there(tmp_path: Path) -> None:

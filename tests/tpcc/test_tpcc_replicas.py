@@ -1,0 +1,160 @@
+"""The consistency conditions on every replica: followers read through snapshot pages.
+
+A real 3-region cluster (leaders in us, followers in eu and ap, a few ms between regions)
+is loaded with a tiny database and driven for a moment; each region's followers must then
+hold exactly the leaders' rows, and all twelve conditions must hold on every replica.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bench.tpcc import consistency, loader, replicas, schema
+from bench.tpcc.driver import Driver, DriverConfig
+from store import config as config_module
+from store.node.up import LocalCluster
+from store.rpc.aio import new_event_loop
+from tests.tpcc.conftest import TINY
+
+WAREHOUSES = [1, 2]
+SHARDS = 2
+
+
+def command_module() -> ModuleType:
+    """``bench/tpcc.py`` (a script, not a module of a package)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "tpcc.py"
+    spec = importlib.util.spec_from_file_location("tpcc_command_replicas", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(coroutine):  # type: ignore[no-untyped-def]
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+@pytest.fixture(scope="module")
+def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    base_port = 27000 + (os.getpid() % 100) * 10
+    path = command_module().cluster_file(
+        tmp_path_factory.mktemp("tpcc-geo"), SHARDS, base_port, regions=3, rtt_ms=4.0
+    )
+    cluster = LocalCluster(config_module.load(path))
+    cluster.start()
+    try:
+        cluster.wait_ready(timeout_s=60)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_generated_three_region_file_has_followers_in_eu_and_ap(tmp_path: Path) -> None:
+    command = command_module()
+    config = config_module.load(command.cluster_file(tmp_path, 2, 7500, regions=3, rtt_ms=50))
+    assert config.partitioner_kind == "prefix" and command.PROCEDURE_MODULE in config.procedures
+    assert config.regions == ("us", "eu", "ap") and config.wan is not None
+    assert config.wan.rtt_ms == 50
+    assert [s.region for s in config.shards] == ["us", "us"]
+    assert config.shards[1].followers == (("eu", ("127.0.0.2", 7501)), ("ap", ("127.0.0.3", 7501)))
+    found, notes = replicas.replicas_of(config)
+    assert [(r.name, r.region) for r in found] == [("us", None), ("eu", "eu"), ("ap", "ap")]
+    assert notes == []
+    one = config_module.load(command.cluster_file(tmp_path / "one", 2, 7500, regions=1))
+    assert one.wan is None and one.regions == ("us",)
+    assert [r.name for r in replicas.replicas_of(one)[0]] == ["us"]
+
+
+def test_a_region_following_only_some_shards_is_left_out_with_a_note() -> None:
+    shards = [
+        SimpleNamespace(shard=0, region="us", followers=(("eu", ("127.0.0.2", 1)),)),
+        SimpleNamespace(shard=1, region="us", followers=()),
+    ]
+    config = SimpleNamespace(shards=shards, regions=("us", "eu"))
+    found, notes = replicas.replicas_of(config)
+    assert [r.name for r in found] == ["us"]
+    assert notes == ["region eu follows 1 of 2 shards"]
+
+
+class _PagedFollower:
+    """A ``read_snapshot`` over a sorted dict, recording the pages asked for."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = dict(sorted(data.items()))
+        self.asked: list[tuple[str, str, int]] = []
+
+    async def read_snapshot(self, keys: Any = (), *, scans: Any = (), region: Any = None) -> Any:
+        (lo, hi, limit), = scans
+        self.asked.append((lo, hi, limit))
+        found = [(k, v) for k, v in self.data.items() if lo <= k < hi][:limit]
+        return SimpleNamespace(scans=[found])
+
+
+@pytest.mark.parametrize("count", [0, 1, 9, 10, 11, 30])
+def test_snapshot_pages_start_after_the_last_key_and_miss_nothing(count: int) -> None:
+    data = {f"customer/0001/01/{c:05d}": c for c in range(count)}
+    data["customer/0002/01/00000"] = "another warehouse"
+    follower = _PagedFollower(data)
+    lo, hi = schema.table_range("customer", 1)
+    found = run(replicas.scan_pages(follower, lo, hi, "eu", page_rows=10))
+    assert found == [(key, value) for key, value in data.items() if key.startswith("customer/0001/")]
+    assert len(follower.asked) == count // 10 + 1
+    assert all(page_lo > previous for (previous, _, _), (page_lo, _, _)
+               in zip(follower.asked, follower.asked[1:], strict=False))
+
+
+def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_run(
+    geo: LocalCluster,
+) -> None:
+    command = command_module()
+
+    async def scenario() -> dict[str, Any]:
+        from store.client import Client
+
+        client = await Client.connect(geo.config)
+        try:
+            target = command._SdkTarget(client)
+            rows_by_shard = loader.initial_rows(WAREHOUSES, SHARDS, TINY, seed=3)
+            await loader.load_through_transactions(target.run, rows_by_shard)
+            outcome: dict[str, Any] = {"load": await replica_views(client, target)}
+            config = DriverConfig(
+                WAREHOUSES, SHARDS, TINY, terminals=4, seed=3, transactions_per_terminal=25,
+                run_id="replicas",
+            )
+            outcome["stats"] = (await Driver(target, config).run()).report()
+            outcome["run"] = await replica_views(client, target)
+            return outcome
+        finally:
+            await client.close()
+
+    async def replica_views(client: Any, target: Any) -> dict[str, Any]:
+        caught_up = await replicas.wait_caught_up(client, geo.config)
+        assert caught_up["behind"] == {"eu": 0, "ap": 0}, caught_up
+        views = {"us": await consistency.snapshot(target.run, WAREHOUSES, SHARDS, page_rows=50)}
+        for region in ("eu", "ap"):
+            # 13 rows a page: every table of a warehouse takes several pages.
+            views[region] = await replicas.follower_rows(client, WAREHOUSES, region, page_rows=13)
+        return views
+
+    outcome = run(scenario())
+    assert outcome["stats"]["transactions"] == 100 and not outcome["stats"]["errors"]
+    assert outcome["stats"]["per_type"]["new_order"]["completed"] > 0
+    assert outcome["run"]["us"] != outcome["load"]["us"]
+    for when in ("load", "run"):
+        views = outcome[when]
+        leaders = views["us"]
+        for name, rows in views.items():
+            assert rows == leaders, f"{name} after the {when} differs from the leaders"
+            report = consistency.check(rows, TINY)
+            assert report.all_true, f"{name} after the {when}: {report.summary()}"
