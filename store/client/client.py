@@ -312,12 +312,15 @@ class Client:
             return route
         return self.partitioner.shard_of(route)
 
-    async def _session(self, shard: int) -> Session:
+    async def _session(self, shard: int, timeout_s: float | None = None) -> Session:
         session = self._sessions.get(shard)
         if session is not None and session.error is None:
             return session
+        timeout = self.settings.connect_timeout_s
+        if timeout_s is not None:
+            timeout = max(0.01, min(timeout, timeout_s))
         try:
-            session = await self._rpc.connect(self._addresses[shard], timeout=self.settings.connect_timeout_s)
+            session = await self._rpc.connect(self._addresses[shard], timeout=timeout)
         except RpcError as exc:
             raise Unavailable(f"shard {shard} leader {self._addresses[shard]} unreachable: {exc}") from None
         self._sessions[shard] = session
@@ -440,7 +443,7 @@ class Client:
             if remaining <= 0:
                 raise self._unknown(pending, "no answer within the timeout")
             try:
-                session = await self._session(pending.shard)
+                session = await self._session(pending.shard, timeout_s=remaining)
             except Unavailable:
                 if sent:
                     raise self._unknown(pending, "the leader became unreachable") from None
@@ -451,8 +454,12 @@ class Client:
                     session, wire.SUBMIT, payload,
                     timeout=min(remaining, self.settings.attempt_timeout_s),
                 )
-            except SessionError as exc:
-                raise self._unknown(pending, f"the leader failed: {exc}") from None
+            except SessionError:
+                # The session died (the leader was slow or restarted): open a new one and
+                # ask again under the same id while time remains; the server's exactly-once
+                # table makes that safe.
+                self._sessions.pop(pending.shard, None)
+                continue
             except RpcError:
                 continue  # a lost request or answer: send it again under the same id
             try:
