@@ -13,7 +13,6 @@ from typing import Any
 
 import msgpack
 
-from store.core.errors import InvalidRequest
 from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import (
     AbortReply,
@@ -37,6 +36,7 @@ from store.core.messages import (
     Write,
 )
 from store.core.vclock import VectorClock
+from store.core.wirecheck import Fields, decode_tagged
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
@@ -96,32 +96,12 @@ def encode(message: Message) -> bytes:
 # ---- decoding ------------------------------------------------------------------------------
 
 
-def _bad(what: str) -> InvalidRequest:
-    return InvalidRequest(f"malformed message: {what}")
-
-
-def _int(value: Any, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise _bad(f"{what} must be a non-negative integer")
-    return value
-
-
-def _bool(value: Any, what: str) -> bool:
-    if type(value) is not bool:
-        raise _bad(f"{what} must be a boolean")
-    return value
-
-
-def _str(value: Any, what: str) -> str:
-    if type(value) is not str:
-        raise _bad(f"{what} must be a string")
-    return value
-
-
-def _list(value: Any, what: str) -> list[Any]:
-    if type(value) is not list:
-        raise _bad(f"{what} must be a list")
-    return value
+_FIELDS = Fields("message")
+_bad = _FIELDS.bad
+_int = _FIELDS.integer
+_bool = _FIELDS.boolean
+_str = _FIELDS.string
+_list = _FIELDS.array
 
 
 def _strs(value: Any, what: str) -> list[str]:
@@ -260,23 +240,4 @@ def _pairs_lists(value: Any) -> list[list[tuple[str, Any]]]:
 
 def decode(data: bytes | bytearray | memoryview, max_bytes: int = 64 << 20) -> Message:
     """Decodes one message; ``InvalidRequest`` for anything malformed (never another error)."""
-    if len(data) > max_bytes:
-        raise _bad(f"larger than {max_bytes} bytes")
-    try:
-        fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:  # msgpack raises many types on garbage; all mean the same
-        raise _bad(f"not msgpack ({type(exc).__name__})") from None
-    if type(fields) is not list or not fields or type(fields[0]) is not int:
-        raise _bad("expected [tag, ...]")
-    entry = _DECODERS.get(fields[0])
-    if entry is None:
-        raise _bad(f"unknown tag {fields[0]}")
-    arity, build = entry
-    if len(fields) != arity:
-        raise _bad(f"tag {fields[0]} has {arity - 1} fields, got {len(fields) - 1}")
-    try:
-        return build(fields)
-    except InvalidRequest:
-        raise
-    except Exception as exc:  # a field of an unexpected shape deep inside
-        raise _bad(f"{type(exc).__name__}") from None
+    return decode_tagged(data, _DECODERS, _FIELDS, max_bytes)

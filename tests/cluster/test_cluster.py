@@ -18,9 +18,6 @@ import time
 import msgpack
 import pytest
 
-from jepsen.checkers.bank import check_bank
-from jepsen.checkers.list_append import check_list_append
-from jepsen.runner import run_workload
 from store import wire
 from store.client import (
     Client,
@@ -35,44 +32,16 @@ from store.core.errors import Status
 from store.core.messages import Outcome, Submit
 from store.node.up import LocalCluster
 from store.rpc import Nexus, RpcError
-from store.rpc.aio import Rpc, new_event_loop
-from store.sim.workloads import Bank, ListAppend
-
-
-def run(coroutine):  # type: ignore[no-untyped-def]
-    loop = new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
+from store.rpc.aio import Rpc
+from tests.cluster.conftest import bank_is_clean, list_append_is_clean, run
 
 
 def test_list_append_with_16_clients_has_no_anomalies(cluster: LocalCluster) -> None:
-    workload = ListAppend(random.Random(4), active_keys=10)
-    result = run(run_workload(lambda: Client.connect(cluster.config), workload, 16, 20.0))
-    verdict = check_list_append(result.ops)
-    assert verdict["valid"], {k: verdict["anomalies"][k][:2] for k in verdict["anomaly_types"]}
-    assert result.counts["ok"] > 500, result.counts
-    assert result.counts["info"] == 0, result.errors
+    list_append_is_clean(cluster.config, clients=16, seconds=20.0, seed=4, ok_min=500)
 
 
 def test_bank_total_never_changes_across_both_shards(cluster: LocalCluster) -> None:
-    workload = Bank(random.Random(5), accounts=8, total=800)
-
-    async def scenario():  # type: ignore[no-untyped-def]
-        async with await Client.connect(cluster.config) as client:
-            shards = set()
-            for key, balance in workload.initial_data().items():
-                await client.put(key, balance)
-                shards.add(client.partitioner.shard_of(key))
-            assert shards == {0, 1}
-        return await run_workload(lambda: Client.connect(cluster.config), workload, 8, 8.0)
-
-    result = run(scenario())
-    verdict = check_bank(result.ops, total=800)
-    assert verdict["valid"], verdict["first_error"]
-    assert verdict["read_count"] > 50
-    assert result.counts["ok"] > 200
+    bank_is_clean(cluster.config, clients=8, seconds=8.0, seed=5, ok_min=200, reads_min=50)
 
 
 def _key_on(client: Client, shard: int) -> str:

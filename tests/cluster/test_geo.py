@@ -10,20 +10,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jepsen.checkers.bank import check_bank
-from jepsen.checkers.list_append import check_list_append
-from jepsen.runner import run_workload
 from store import config as config_module
 from store.client import Client
 from store.node.up import LocalCluster
-from store.rpc.aio import new_event_loop
-from store.sim.workloads import Bank, ListAppend
+from tests.cluster.conftest import bank_is_clean, list_append_is_clean, run
 from tests.conftest import REPO
 
 _ports = itertools.count(21000 + (os.getpid() % 100) * 40, 20)
@@ -65,36 +60,12 @@ def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         running.stop()
 
 
-def run(coroutine):  # type: ignore[no-untyped-def]
-    loop = new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
-
-
 def test_list_append_across_three_regions_has_no_anomalies(geo: LocalCluster) -> None:
-    workload = ListAppend(random.Random(11), active_keys=10)
-    result = run(run_workload(lambda: Client.connect(geo.config), workload, 8, 10.0))
-    verdict = check_list_append(result.ops)
-    assert verdict["valid"], {k: verdict["anomalies"][k][:2] for k in verdict["anomaly_types"]}
-    assert result.counts["ok"] > 200, result.counts
-    assert result.counts["info"] == 0, result.errors
+    list_append_is_clean(geo.config, clients=8, seconds=10.0, seed=11, ok_min=200)
 
 
 def test_bank_across_three_regions_keeps_the_total(geo: LocalCluster) -> None:
-    workload = Bank(random.Random(12), accounts=8, total=800)
-
-    async def scenario():  # type: ignore[no-untyped-def]
-        async with await Client.connect(geo.config) as client:
-            for key, balance in workload.initial_data().items():
-                await client.put(key, balance)
-        return await run_workload(lambda: Client.connect(geo.config), workload, 8, 8.0)
-
-    result = run(scenario())
-    verdict = check_bank(result.ops, total=800)
-    assert verdict["valid"], verdict["first_error"]
-    assert verdict["read_count"] > 20 and result.counts["ok"] > 100
+    bank_is_clean(geo.config, clients=8, seconds=8.0, seed=12, ok_min=100, reads_min=20)
 
 
 def test_a_follower_snapshot_shows_exactly_the_committed_transactions_under_its_watermark(

@@ -22,10 +22,10 @@ from typing import Any
 
 import msgpack
 
-from store.core.errors import InvalidRequest
 from store.core.messages import Message
 from store.core.paxos.types import Ballot, Entry, EntryKind
 from store.core.vclock import VectorClock
+from store.core.wirecheck import Fields, decode_tagged
 
 
 class PaxosMessage(Message):
@@ -183,22 +183,11 @@ RECORDS_PER_ENTRY_MAX = 1 << 16
 ENTRIES_PER_MESSAGE_MAX = 1 << 16
 
 
-def _bad(what: str) -> InvalidRequest:
-    return InvalidRequest(f"malformed stream message: {what}")
-
-
-def _int(value: Any, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise _bad(f"{what} must be a non-negative integer")
-    return value
-
-
-def _list(value: Any, what: str, length_max: int = ENTRIES_PER_MESSAGE_MAX) -> list[Any]:
-    if type(value) is not list:
-        raise _bad(f"{what} must be a list")
-    if len(value) > length_max:
-        raise _bad(f"{what} longer than {length_max}")
-    return value
+_FIELDS = Fields("stream message", ENTRIES_PER_MESSAGE_MAX)
+_bad = _FIELDS.bad
+_int = _FIELDS.integer
+_bool = _FIELDS.boolean
+_list = _FIELDS.array
 
 
 def _decode_ballot(value: Any) -> Ballot:
@@ -236,12 +225,6 @@ def _accepted(value: Any) -> list[tuple[int, Ballot, Entry]]:
     return items
 
 
-def _bool(value: Any, what: str) -> bool:
-    if type(value) is not bool:
-        raise _bad(f"{what} must be a boolean")
-    return value
-
-
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], PaxosMessage]]] = {
     101: (4, lambda f: Prepare(_int(f[1], "stream"), _decode_ballot(f[2]),
                                _int(f[3], "from_slot"))),
@@ -265,24 +248,5 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], PaxosMessage]]] = {
 
 def decode(data: bytes | bytearray | memoryview, max_bytes: int = 64 << 20) -> PaxosMessage:
     """Decodes one stream message; ``InvalidRequest`` for anything malformed (only that)."""
-    if len(data) > max_bytes:
-        raise _bad(f"larger than {max_bytes} bytes")
-    try:
-        # Records are opaque to the stream, so map keys of any hashable type are allowed.
-        fields = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
-    except Exception as exc:  # msgpack raises many types on garbage; all mean the same
-        raise _bad(f"not msgpack ({type(exc).__name__})") from None
-    if type(fields) is not list or not fields or type(fields[0]) is not int:
-        raise _bad("expected [tag, ...]")
-    found = _DECODERS.get(fields[0])
-    if found is None:
-        raise _bad(f"unknown tag {fields[0]}")
-    arity, build = found
-    if len(fields) != arity:
-        raise _bad(f"tag {fields[0]} has {arity - 1} fields, got {len(fields) - 1}")
-    try:
-        return build(fields)
-    except InvalidRequest:
-        raise
-    except Exception as exc:  # a field of an unexpected shape deep inside
-        raise _bad(type(exc).__name__) from None
+    # Records are opaque to the stream, so map keys of any hashable type are allowed.
+    return decode_tagged(data, _DECODERS, _FIELDS, max_bytes, strict_map_key=False)
