@@ -112,6 +112,7 @@ class ShardLeader:
         self.coordinator.admits = self.accepts_more
         self._now_ns = now_ns
         self.stream: StreamLeader | None = None
+        self._stream_wake_at: int | None = None
         self._durable_mark = 0
         if followers:
             self.stream = StreamLeader(
@@ -218,8 +219,6 @@ class ShardLeader:
         self.watermark.settle(counter)
         if self.stream is not None:
             self.stream.advance_watermark(self.watermark.watermark)
-
-    _stream_wake_at: int | None = None
 
     def _pump_stream(self) -> None:
         """Carries out the stream's Ready: messages out, chosen entries into the watermark."""
