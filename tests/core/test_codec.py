@@ -71,7 +71,7 @@ def test_every_message_round_trips(message) -> None:
         msgpack.packb([1, "c", -1, "", [], False]),
         msgpack.packb([1, "c", 1, "", "args", False]),
         msgpack.packb([5, 1, ["ok", 3]]),
-        msgpack.packb([9, 1, [["k", 1]], [0, 1], 0]),
+        msgpack.packb([9, 1, [["k", 1]], [0, 1], 0, []]),  # a write of two fields
         msgpack.packb([4, 1, 1, 1, [["k", 1, None, False, [1], 0]], [], 0]),
         msgpack.packb({"a": 1}),
     ],
@@ -99,3 +99,8 @@ def test_corrupted_messages_never_raise_anything_but_invalid_request(data, at, b
     corrupted[at % len(corrupted)] = byte
     with contextlib.suppress(InvalidRequest):
         codec.decode(bytes(corrupted))
+
+
+def test_the_malformed_install_differs_from_a_valid_one_only_in_its_write() -> None:
+    valid = codec.decode(msgpack.packb([9, 1, [["k", 1, False]], [0, 1], 0, []]))
+    assert isinstance(valid, InstallRequest) and valid.writes == [("k", 1, False)]

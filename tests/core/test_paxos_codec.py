@@ -13,38 +13,14 @@ from hypothesis import strategies as st
 
 from store.core.errors import InvalidRequest
 from store.core.paxos import (
-    INF,
-    NOOP,
     Accept,
-    Accepted,
-    Ballot,
-    Chosen,
-    Commit,
-    Entry,
-    EntryKind,
-    Fetch,
     PaxosMessage,
-    Prepare,
-    Promise,
-    Reject,
     decode,
     encode,
 )
-from store.core.vclock import VectorClock
+from tests.paxos_samples import sample_messages
 
-B1, B2 = Ballot(1, "us"), Ballot(2, "eu")
-BATCH = Entry(EntryKind.BATCH, [["put", "k", 1], {"nested": [1, b"x"]}, None], [3, 5, 8],
-              VectorClock({0: 8, 2: 1}), 8)
-MESSAGES: list[PaxosMessage] = [
-    Prepare(1, B1, 0),
-    Promise(1, B2, 3, [(3, B1, BATCH), (4, B1, NOOP), (5, B2, INF)], True),
-    Accept(2, B1, 7, BATCH, 5),
-    Accepted(2, B1, 7),
-    Reject(2, B1, B2),
-    Commit(2, B1, 8),
-    Fetch(2, 0, 100),
-    Chosen(2, 5, [BATCH, Entry(EntryKind.BATCH, watermark=10)]),
-]
+MESSAGES = sample_messages()
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
@@ -57,7 +33,7 @@ def pack(value: Any) -> bytes:
     return packed
 
 
-ENTRY = [0, [], [], [], 0]
+ENTRY = [0, [], [], [], 0, []]  # a well-formed empty entry: kind, records, counters, vc, watermark, vw
 
 
 @pytest.mark.parametrize(
@@ -72,11 +48,13 @@ ENTRY = [0, [], [], [], 0]
         pack([101, -1, [1, "us"], 0]),  # negative stream
         pack([101, 1, [1, 2], 0]),  # ballot leader not a string
         pack([101, 1, [1, "us", 3], 0]),  # ballot of three fields
-        pack([103, 1, [1, "us"], 0, [5, [], [], [], 0], 0]),  # unknown entry kind
-        pack([103, 1, [1, "us"], 0, [0, ["r"], [], [], 0], 0]),  # record without counter
-        pack([103, 1, [1, "us"], 0, [1, ["r"], [1], [], 0], 0]),  # no-op with records
-        pack([103, 1, [1, "us"], 0, [0, [], [], [1], 0], 0]),  # odd vector clock
-        pack([103, 1, [1, "us"], 0, [0, [], [], [], "w"], 0]),  # watermark not an int
+        pack([103, 1, [1, "us"], 0, [5, [], [], [], 0, []], 0]),  # unknown entry kind
+        pack([103, 1, [1, "us"], 0, [0, ["r"], [], [], 0, []], 0]),  # record without counter
+        pack([103, 1, [1, "us"], 0, [1, ["r"], [1], [], 0, []], 0]),  # no-op with records
+        pack([103, 1, [1, "us"], 0, [0, [], [], [1], 0, []], 0]),  # odd vector clock
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], "w", []], 0]),  # watermark not an int
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0, [1]], 0]),  # odd leader vector watermark
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0], 0]),  # entry without its vw field
         pack([102, 1, [1, "us"], 0, [[0, [1, "us"]]], True]),  # accepted item of two
         pack([102, 1, [1, "us"], 0, [], 1]),  # complete not a bool
         pack([108, 1, 0, [ENTRY, "x"]]),
@@ -84,6 +62,7 @@ ENTRY = [0, [], [], [], 0]
     ],
 )
 def test_malformed_input_is_an_invalid_request(data: bytes) -> None:
+    # Each case breaks one thing in an otherwise well-formed message (ENTRY decodes).
     with pytest.raises(InvalidRequest):
         decode(data)
 
@@ -111,3 +90,9 @@ def test_mutated_messages_never_raise_anything_but_invalid_request(
         raw[position] = data.draw(st.integers(0, 255))
     with contextlib.suppress(InvalidRequest):
         decode(bytes(raw))
+
+
+def test_the_well_formed_base_of_the_malformed_cases_decodes() -> None:
+    """The malformed cases above each break one field of this; it must itself be valid."""
+    accept = decode(pack([103, 1, [1, "us"], 0, ENTRY, 0]))
+    assert isinstance(accept, Accept) and accept.entry.is_heartbeat

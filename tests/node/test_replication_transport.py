@@ -17,20 +17,14 @@ import grpc.aio
 
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
-    INF,
-    NOOP,
     Accept,
     Accepted,
     Ballot,
-    Chosen,
     Commit,
     Entry,
     EntryKind,
     Fetch,
     PaxosMessage,
-    Prepare,
-    Promise,
-    Reject,
     StreamFollower,
     StreamLeader,
 )
@@ -39,6 +33,8 @@ from store.node.replication import ReplicationTransport
 from store.proto import replication_pb2 as pb
 from store.proto.convert import to_batch
 from store.wan import Address, LinkSpec, ProxyThread
+from tests.paxos_samples import B1
+from tests.paxos_samples import sample_messages as all_messages
 
 try:
     from store.rpc.aio import new_event_loop
@@ -49,7 +45,6 @@ T = TypeVar("T")
 HOST = "127.0.0.1"
 WAIT_S = 10.0  # a bound on every wait, never an expectation
 POLL_S = 0.005
-B1, B2 = Ballot(1, "us"), Ballot(2, "eu")
 
 
 def run(main: Callable[[asyncio.AbstractEventLoop], Awaitable[T]]) -> T:
@@ -82,18 +77,7 @@ def batch_entry(first_counter: int, records: int) -> Entry:
 
 def sample_messages(stream: int) -> list[PaxosMessage]:
     """One of each message, with real entries."""
-    entry = batch_entry(10, 5)
-    return [
-        Prepare(stream, B1, 0),
-        Promise(stream, B1, 0, [(0, B1, entry), (1, B1, NOOP)], True),
-        Accept(stream, B1, 2, entry, 1),
-        Accepted(stream, B1, 2),
-        Reject(stream, B1, B2),
-        Commit(stream, B1, 3),
-        Fetch(stream, 0, 3),
-        Chosen(stream, 0, [entry, NOOP, INF]),
-        Accept(stream, B1, 3, Entry(EntryKind.BATCH, [], [], VectorClock({}), 14), 3),
-    ]
+    return all_messages(stream, batch_entry(10, 5))
 
 
 class Node:

@@ -11,40 +11,16 @@ from hypothesis import strategies as st
 
 from store.core.errors import InvalidRequest
 from store.core.paxos import (
-    INF,
-    NOOP,
     Accept,
-    Accepted,
-    Ballot,
-    Chosen,
-    Commit,
     Entry,
     EntryKind,
-    Fetch,
-    PaxosMessage,
-    Prepare,
-    Promise,
-    Reject,
 )
-from store.core.vclock import VectorClock
+from tests.paxos_samples import B1, sample_messages
 
 pb = pytest.importorskip("store.proto.replication_pb2", reason="protobuf is not installed")
 convert = pytest.importorskip("store.proto.convert")
 
-B1, B2 = Ballot(1, "us"), Ballot(2, "eu")
-BATCH = Entry(EntryKind.BATCH, [["w", "k", 1], {"a": b"\x00"}], [4, 9], VectorClock({0: 9, 3: 2}),
-              9)
-MESSAGES: list[PaxosMessage] = [
-    Prepare(1, B1, 0),
-    Promise(1, B2, 3, [(3, B1, BATCH), (4, B1, NOOP)], False),
-    Accept(2, B1, 7, BATCH, 5),
-    Accept(2, B1, 8, INF, 5),
-    Accepted(2, B1, 7),
-    Reject(2, B1, B2),
-    Commit(2, B1, 8),
-    Fetch(2, 0, 100),
-    Chosen(2, 5, [BATCH, Entry(EntryKind.BATCH, watermark=10)]),
-]
+MESSAGES = sample_messages()
 
 
 def test_every_message_round_trips_through_a_batch() -> None:
