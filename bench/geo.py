@@ -34,7 +34,7 @@ from tqdm import tqdm  # noqa: E402
 
 from store import config as config_module  # noqa: E402
 from store.client import Client, MeridianError  # noqa: E402
-from store.node.up import LocalCluster  # noqa: E402
+from store.node.up import ProcessCluster  # noqa: E402
 from store.rpc.aio import new_event_loop  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -139,7 +139,7 @@ def run_configuration(
 ) -> dict[str, Any]:
     label = f"rtt {rtt_ms:g} ms" + ("" if speculation else ", no speculation")
     config = config_module.load(cluster_file(scratch, rtt_ms, speculation, port))
-    cluster = LocalCluster(config)
+    cluster = ProcessCluster(config)
     cluster.start()
     try:
         cluster.wait_ready(timeout_s=60)

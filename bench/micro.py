@@ -33,7 +33,7 @@ from tqdm import tqdm  # noqa: E402
 
 from store import config as config_module  # noqa: E402
 from store.client import Aborted, Client, MeridianError  # noqa: E402
-from store.node.up import LocalCluster  # noqa: E402
+from store.node.up import ProcessCluster  # noqa: E402
 from store.rpc.aio import new_event_loop  # noqa: E402
 
 LOAD_BATCH = 500
@@ -187,7 +187,7 @@ def main() -> None:
             config = config_module.load(args.connect)
         else:
             config = config_module.load(cluster_file(Path(scratch), args.shards, args.base_port))
-            cluster = LocalCluster(config)
+            cluster = ProcessCluster(config)
             cluster.start()
         try:
             if cluster is not None:

@@ -284,7 +284,7 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
                 f" \"{PROCEDURE_MODULE}\""
             )
         return config, None
-    from store.node.up import LocalCluster as ProcessCluster
+    from store.node.up import ProcessCluster
 
     config = config_module.load(
         cluster_file(run_dir, args.shards, args.base_port, args.regions, args.rtt_ms)

@@ -19,7 +19,7 @@ from typing import Any
 from store.config import ClusterConfig
 
 
-class LocalCluster:
+class ProcessCluster:
     """The processes of one cluster file on this machine."""
 
     def __init__(self, config: ClusterConfig, python: str = sys.executable) -> None:
@@ -131,7 +131,7 @@ def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
 
 
 def run_up(config: ClusterConfig) -> int:
-    cluster = LocalCluster(config)
+    cluster = ProcessCluster(config)
     stop_requested = False
 
     def request_stop(signum: int, frame: Any) -> None:

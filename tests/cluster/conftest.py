@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from store import config as config_module
-from store.node.up import LocalCluster
+from store.node.up import ProcessCluster
 from tests.conftest import REPO
 
 _ports = itertools.count(17000 + (os.getpid() % 200) * 20, 10)
@@ -41,9 +41,9 @@ def write_cluster_file(directory: Path, shards: int = 2, **settings: int) -> Pat
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
     path = write_cluster_file(tmp_path)
-    running = LocalCluster(config_module.load(path))
+    running = ProcessCluster(config_module.load(path))
     running.start()
     try:
         running.wait_ready()

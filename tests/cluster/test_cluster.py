@@ -30,17 +30,17 @@ from store.client import (
 from store.core import codec
 from store.core.errors import Status
 from store.core.messages import Outcome, Submit
-from store.node.up import LocalCluster
+from store.node.up import ProcessCluster
 from store.rpc import Nexus, RpcError
 from store.rpc.aio import Rpc
 from tests.cluster.conftest import bank_is_clean, list_append_is_clean, run
 
 
-def test_list_append_with_16_clients_has_no_anomalies(cluster: LocalCluster) -> None:
+def test_list_append_with_16_clients_has_no_anomalies(cluster: ProcessCluster) -> None:
     list_append_is_clean(cluster.config, clients=16, seconds=20.0, seed=4, ok_min=500)
 
 
-def test_bank_total_never_changes_across_both_shards(cluster: LocalCluster) -> None:
+def test_bank_total_never_changes_across_both_shards(cluster: ProcessCluster) -> None:
     bank_is_clean(cluster.config, clients=8, seconds=8.0, seed=5, ok_min=200, reads_min=50)
 
 
@@ -49,7 +49,7 @@ def _key_on(client: Client, shard: int) -> str:
 
 
 def test_a_killed_leader_gives_typed_errors_in_time_and_other_shards_keep_serving(
-    cluster: LocalCluster,
+    cluster: ProcessCluster,
 ) -> None:
     async def scenario():  # type: ignore[no-untyped-def]
         client = await Client.connect(cluster.config, timeout_s=3.0)
@@ -74,7 +74,7 @@ def test_a_killed_leader_gives_typed_errors_in_time_and_other_shards_keep_servin
     assert all(wait < 3.0 + 2.0 for wait in waits), waits
 
 
-def test_bad_input_gets_typed_errors_and_changes_nothing(cluster: LocalCluster) -> None:
+def test_bad_input_gets_typed_errors_and_changes_nothing(cluster: ProcessCluster) -> None:
     async def scenario() -> None:
         client = await Client.connect(cluster.config)
         key = _key_on(client, 0)
@@ -107,7 +107,7 @@ def test_bad_input_gets_typed_errors_and_changes_nothing(cluster: LocalCluster) 
     run(scenario())
 
 
-def test_random_payloads_to_every_request_type_crash_no_server(cluster: LocalCluster) -> None:
+def test_random_payloads_to_every_request_type_crash_no_server(cluster: ProcessCluster) -> None:
     async def scenario() -> None:
         rng = random.Random(9)
         rpc = Rpc.udp(Nexus(), "127.0.0.1", 0)
@@ -144,7 +144,7 @@ def test_random_payloads_to_every_request_type_crash_no_server(cluster: LocalClu
         assert child.poll() is None, "a server exited"
 
 
-def test_resuming_after_outcome_unknown_never_runs_twice(cluster: LocalCluster) -> None:
+def test_resuming_after_outcome_unknown_never_runs_twice(cluster: ProcessCluster) -> None:
     async def scenario() -> None:
         client = await Client.connect(cluster.config, timeout_s=1.0, attempt_timeout_s=0.3)
         key = _key_on(client, 0)

@@ -17,7 +17,7 @@ import pytest
 
 from store import config as config_module
 from store.client import Client
-from store.node.up import LocalCluster
+from store.node.up import ProcessCluster
 from tests.cluster.conftest import bank_is_clean, list_append_is_clean, run
 from tests.conftest import REPO
 
@@ -49,9 +49,9 @@ def geo_cluster_file(directory: Path, rtt_ms: float = 50.0) -> Path:
 
 
 @pytest.fixture(scope="module")
-def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
     path = geo_cluster_file(tmp_path_factory.mktemp("geo"))
-    running = LocalCluster(config_module.load(path))
+    running = ProcessCluster(config_module.load(path))
     running.start()
     try:
         running.wait_ready(timeout_s=60)
@@ -60,16 +60,16 @@ def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         running.stop()
 
 
-def test_list_append_across_three_regions_has_no_anomalies(geo: LocalCluster) -> None:
+def test_list_append_across_three_regions_has_no_anomalies(geo: ProcessCluster) -> None:
     list_append_is_clean(geo.config, clients=8, seconds=10.0, seed=11, ok_min=200)
 
 
-def test_bank_across_three_regions_keeps_the_total(geo: LocalCluster) -> None:
+def test_bank_across_three_regions_keeps_the_total(geo: ProcessCluster) -> None:
     bank_is_clean(geo.config, clients=8, seconds=8.0, seed=12, ok_min=100, reads_min=20)
 
 
 def test_a_follower_snapshot_shows_exactly_the_committed_transactions_under_its_watermark(
-    geo: LocalCluster,
+    geo: ProcessCluster,
 ) -> None:
     async def scenario() -> None:
         client = await Client.connect(geo.config)

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from store.node.up import LocalCluster
+from store.node.up import ProcessCluster
 from tests.conftest import REPO
 
 
@@ -14,7 +14,7 @@ def readme_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
 
 
-def test_the_sdk_example_prints_what_the_readme_says(cluster: LocalCluster) -> None:
+def test_the_sdk_example_prints_what_the_readme_says(cluster: ProcessCluster) -> None:
     example = next(block for block in readme_blocks() if "Client.connect" in block)
     assert len([line for line in example.splitlines() if line.strip()]) <= 12
     code = example.replace("cluster/local.toml", str(cluster.config.path))

@@ -19,7 +19,7 @@ import pytest
 from bench.tpcc import consistency, loader, replicas, schema
 from bench.tpcc.driver import Driver, DriverConfig
 from store import config as config_module
-from store.node.up import LocalCluster
+from store.node.up import ProcessCluster
 from store.rpc.aio import new_event_loop
 from tests.tpcc.conftest import TINY
 
@@ -46,12 +46,12 @@ def run(coroutine):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
     base_port = 27000 + (os.getpid() % 100) * 10
     path = command_module().cluster_file(
         tmp_path_factory.mktemp("tpcc-geo"), SHARDS, base_port, regions=3, rtt_ms=4.0
     )
-    cluster = LocalCluster(config_module.load(path))
+    cluster = ProcessCluster(config_module.load(path))
     cluster.start()
     try:
         cluster.wait_ready(timeout_s=60)
@@ -115,7 +115,7 @@ def test_snapshot_pages_start_after_the_last_key_and_miss_nothing(count: int) ->
 
 
 def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_run(
-    geo: LocalCluster,
+    geo: ProcessCluster,
 ) -> None:
     command = command_module()
 
