@@ -52,6 +52,7 @@ from store.core.errors import (
 from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
+from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, check_ops
 from store.core.vclock import VectorClock
 from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionError
@@ -196,7 +197,7 @@ class Client:
         return TxnBuilder(self)
 
     async def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
-        check_ops(ops, codec_settings())
+        check_ops(ops, DEFAULT_SETTINGS)
         if route is None and ops:
             route = ops[0][1]
         result: list[Any] = (await self._run(OPS_PROCEDURE, [ops], route, speculative=False)).result
@@ -206,7 +207,7 @@ class Client:
         self, ops: list[list[Any]], *, route: str | int | None = None
     ) -> TxnResult:
         """``run_ops`` with latencies and the number of attempts (conflict retries + 1)."""
-        check_ops(ops, codec_settings())
+        check_ops(ops, DEFAULT_SETTINGS)
         if route is None and ops:
             route = ops[0][1]
         return await self._run(OPS_PROCEDURE, [ops], route, speculative=False, detailed=True)
@@ -474,12 +475,6 @@ class Client:
         error = OutcomeUnknown(f"transaction {pending.submit.client_id}/{pending.submit.seq}: {why}")
         error.txn = pending  # type: ignore[attr-defined]
         return error
-
-
-def codec_settings():  # type: ignore[no-untyped-def]
-    from store.core.settings import DEFAULT_SETTINGS
-
-    return DEFAULT_SETTINGS
 
 
 class TxnBuilder:

@@ -387,6 +387,10 @@ class Participant:
         if len(self._finished) > self.settings.finished_txns_remembered_max:
             self._finished.popitem(last=False)
 
+    def aborted_counters(self) -> set[int]:
+        """Counters drawn by transactions that aborted here (among those remembered)."""
+        return {counter for state, counter in self._finished.values() if state == ABORTED and counter}
+
     def held_count(self) -> int:
         return len(self._held)
 

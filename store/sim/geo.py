@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from store.core.follower import ShardFollower, leader_data
-from store.core.participant import ABORTED
 from store.core.replica import ShardLeader
 from store.core.vclock import VectorClock
 
@@ -58,8 +57,7 @@ class DurabilityOracle:
         return {counter for counter, count in votes.items() if count >= majority}
 
     def _aborted(self, shard: int) -> set[int]:
-        finished = self.leaders[shard].participant._finished.values()
-        return {counter for state, counter in finished if state == ABORTED and counter}
+        return self.leaders[shard].participant.aborted_counters()
 
     def check(self, txn_label: str, vc: VectorClock) -> None:
         """Called when a client is told COMMITTED."""
