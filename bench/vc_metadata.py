@@ -28,13 +28,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from collections.abc import Mapping
+
+from store.client.protocol import ClientSettings
+from store.config import MERIDIAN_RPC_SETTINGS
+from store.core.coordinator import Certification
+from store.core.messages import Write
 from store.core.partition import Partitioner
-from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, Procedures
 from store.core.vclock import VectorClock
-from store.sim.client import History, SimClient
-from store.sim.host import ReplicaHost
+from store.sim.client import History, SdkProcess, WorkloadClient
+from store.sim.cluster import SimCluster
 from store.sim.loop import Simulator
 from store.sim.network import MS, Network
 from store.sim.workloads import Operation
@@ -60,27 +65,40 @@ def measure(
     sim = Simulator(seed)
     network = Network(sim)
     partitioner = Partitioner(shards)
-    leaders = [f"leader/{s}" for s in range(shards)]
     sizes: list[int] = []
     entries: list[int] = []
 
-    def observe(txn_id: int, vc: VectorClock, full_vc: VectorClock, read_from: list[int]) -> None:
-        sizes.append(len(vc.encode()))
-        entries.append(len(vc))
+    class Probe:
+        def certified(self, certification: Certification) -> None:
+            sizes.append(len(certification.vc.encode()))
+            entries.append(len(certification.vc))
 
-    procedures = Procedures()
-    for shard in range(shards):
-        settings = DEFAULT_SETTINGS.with_overrides(sparse_clocks=sparse_clocks)
-        replica = ShardLeader(shard, leaders, partitioner, procedures, settings, observer=observe)
-        host = ReplicaHost(sim, network, replica)
-        network.add(replica.address, host)
-        host.start()
+        def installed(self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock) -> None:
+            pass
+
+        def watermark(self, address: str, vw: Mapping[int, int]) -> None:
+            pass
+
+    settings = DEFAULT_SETTINGS.with_overrides(sparse_clocks=sparse_clocks)
+    # Every leader may talk to every other one: sessions for all of them.
+    rpc_settings = MERIDIAN_RPC_SETTINGS.replace(
+        sessions_max=2 * shards + clients + 16,
+        server_credits_max=(2 * shards + clients + 16) * MERIDIAN_RPC_SETTINGS.session_credits,
+    )
+    cluster = SimCluster(
+        sim, network, shards, Procedures(), partitioner=partitioner, settings=settings,
+        probe=Probe(), rpc_settings=rpc_settings,
+    )
+    cluster.start()
     keys = [f"k/{i}" for i in range(KEYS_PER_SHARD * shards)]
     workload = UniformWorkload(sim.rng, keys)
     history = History()
     for i in range(clients):
-        SimClient(sim, network, history, i, clients, workload, partitioner, leaders,
-                  duration_ms * MS).start()
+        process = SdkProcess(
+            sim, network, f"client/{i}", cluster.regions[0], cluster.leader_addresses,
+            partitioner, ClientSettings(), rpc_settings,
+        )
+        WorkloadClient(process, history, i, clients, workload, duration_ms * MS).start()
     sim.run_until(duration_ms * MS)
     # Skip the warm-up: the first transactions depend on nothing.
     skip = len(sizes) // 5

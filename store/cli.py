@@ -18,12 +18,17 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         clients=args.clients,
         workload=args.workload,
         loss=args.loss,
+        duplicate=args.duplicate,
+        reorder=args.reorder,
         duration_ms=args.duration_ms,
+        settle_ms=args.settle_ms,
         partitions=args.partitions,
         break_step=args.break_step,
         speculation=not args.no_speculation,
         regions=args.regions,
-        settle_ms=args.settle_ms,
+        wan_rtt_ms=args.wan_rtt_ms,
+        scan_fraction=args.scan_fraction,
+        snapshot_fraction=args.snapshot_fraction,
     )
 
 
@@ -94,13 +99,27 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--clients", type=int, default=8)
     sim.add_argument("--workload", choices=["list-append", "bank"], default="list-append")
     sim.add_argument("--loss", type=float, default=0.0, help="message loss rate (also duplication)")
+    sim.add_argument("--duplicate", type=float, help="duplication rate (default: the loss rate, or 0.02)")
+    sim.add_argument("--reorder", type=float, help="chance a message is held back (default 0.05)")
     sim.add_argument("--duration-ms", type=int, default=400, help="virtual time under load")
     sim.add_argument("--partitions", action="store_true", help="add a partition nemesis")
     sim.add_argument(
         "--regions", type=int, choices=[1, 3], default=1,
         help="3: every shard also has followers in two more regions, 50 ms round trips away",
     )
-    sim.add_argument("--settle-ms", type=int, default=6000, help="virtual time to settle after")
+    sim.add_argument(
+        "--settle-ms", type=int, default=6000,
+        help="virtual time the cluster may take to go quiet after the load and the faults end",
+    )
+    sim.add_argument("--wan-rtt-ms", type=float, default=50.0, help="round trip between regions")
+    sim.add_argument(
+        "--scan-fraction", type=float, default=0.15,
+        help="list-append: share of micro-operations that scan a range of keys",
+    )
+    sim.add_argument(
+        "--snapshot-fraction", type=float, default=0.1,
+        help="with followers: share of client operations that are follower snapshot reads",
+    )
     sim.add_argument(
         "--break", dest="break_step", choices=["validation", "locking"],
         help="switch one safety step off in the servers, to show the checkers catch it",

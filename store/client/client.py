@@ -33,43 +33,37 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from store import config as config_module
 from store import wire
-from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
-from store.core import codec
-from store.core.errors import (
-    ERROR_OF_STATUS,
-    Aborted,
-    InvalidRequest,
-    OutcomeUnknown,
-    Status,
-    Unavailable,
+from store.client.protocol import (
+    Call,
+    ClientProtocol,
+    ClientSettings,
+    Connect,
+    ForgetSession,
+    PendingTxn,
+    Sleep,
+    Steps,
+    TxnResult,
 )
-from store.core.follower import SnapshotRead, SnapshotReply
-from store.core.messages import Outcome, Submit
+from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
+from store.core.errors import InvalidRequest, Unavailable
+from store.core.follower import SnapshotRead
 from store.core.partition import Partitioner
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, check_ops
 from store.core.vclock import VectorClock
-from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionError
+from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionClosed
 from store.rpc.aio import Rpc, new_event_loop
 
+__all__ = ["BlockingClient", "Client", "ClientSettings", "PendingTxn", "SnapshotResult",
+           "TxnBuilder", "TxnResult"]
 
-@dataclass(frozen=True)
-class TxnResult:
-    """What a transaction returned and when: ``certified_s`` and ``committed_s`` are seconds
-    from submission (``committed_s`` is None for a speculative answer)."""
-
-    result: Any
-    status: str  # "committed" or "certified"
-    vc: VectorClock
-    certified_s: float
-    committed_s: float | None
-    attempts: int
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -89,28 +83,12 @@ class SnapshotResult:
     lag: int | None
 
 
-@dataclass
-class PendingTxn:
-    """A submission whose outcome is not known; ``Client.resume`` asks for it again."""
-
-    shard: int
-    submit: Submit
-    started: float
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    timeout_s: float = 5.0  # per transaction, all its retransmissions included
-    attempt_timeout_s: float = 1.0  # one request before it is sent again (same id)
-    retries_max: int = 20  # conflict retries of run()
-    backoff_initial_s: float = 0.001
-    backoff_max_s: float = 0.1
-    in_flight_max: int = 256  # transactions this client has outstanding at once
-    connect_timeout_s: float = 2.0
-
-
 class Client:
-    """An asyncio client of one Meridian cluster. Create it with ``Client.connect``."""
+    """An asyncio client of one Meridian cluster. Create it with ``Client.connect``.
+
+    The transaction logic is ``store.client.protocol.ClientProtocol``; this class carries
+    out its effects on an RPC endpoint (UDP) and the event loop.
+    """
 
     def __init__(
         self,
@@ -122,17 +100,17 @@ class Client:
     ) -> None:
         self._addresses = list(addresses)
         self._config: ClusterConfig | None = None
-        self._replica_sessions: dict[tuple[str, int], Session] = {}
         self._snapshot_ids = itertools.count(1)
         self.partitioner = partitioner
         self.settings = settings
         self.client_id = client_id or uuid.uuid4().hex[:16]
         self._rpc = Rpc.udp(Nexus(), "127.0.0.1", 0, settings=rpc_settings)
-        self._sessions: dict[int, Session] = {}
-        self._seq = itertools.count(1)
-        self._round_robin = itertools.count()
+        self._sessions: dict[Any, Session] = {}
         self._in_flight = asyncio.Semaphore(settings.in_flight_max)
-        self._rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self.protocol = ClientProtocol(
+            self.client_id, self._addresses, partitioner, settings, time.monotonic,
+            random.Random(int.from_bytes(os.urandom(8), "little")),
+        )
         self._closed = False
 
     @classmethod
@@ -151,10 +129,10 @@ class Client:
             [s.leader for s in config.shards], config.partitioner(), base, client_id, config.rpc
         )
         client._config = config
-        for shard in range(len(client._addresses)):
+        for address in client._addresses:
             # A shard that is down now fails its transactions until it is back.
-            with contextlib.suppress(Unavailable):
-                await client._session(shard)
+            with contextlib.suppress(RpcError):
+                await client._carry_out(Connect(address, base.connect_timeout_s))
         return client
 
     async def close(self) -> None:
@@ -232,12 +210,13 @@ class Client:
         if replicas and self._config is not None:
             targets = [node.rpc for node in self._config.nodes()]
         statuses: list[dict[str, Any] | None] = []
+        timeout = self.settings.attempt_timeout_s
         for address in targets:
             try:
-                session = await self._replica_session(address)
-                payload = await self._rpc.call(session, wire.STATUS, b"", timeout=self.settings.attempt_timeout_s)
+                await self._carry_out(Connect(address, self.settings.connect_timeout_s))
+                payload = await self._carry_out(Call(address, wire.STATUS, b"", timeout))
                 statuses.append(msgpack.unpackb(payload))
-            except (RpcError, Unavailable):
+            except RpcError:
                 statuses.append(None)
         return statuses
 
@@ -271,16 +250,7 @@ class Client:
         if address is None:
             raise InvalidRequest(f"shard {shard} has no follower in region {region!r}")
         request = SnapshotRead(next(self._snapshot_ids), list(keys), [tuple(s) for s in scans])
-        try:
-            session = await self._replica_session(address)
-            answer = await self._rpc.call(
-                session, wire.SNAPSHOT, codec.encode(request), timeout=self.settings.timeout_s
-            )
-            reply = codec.decode(answer)
-        except (RpcError, InvalidRequest) as exc:
-            raise Unavailable(f"follower {address} of shard {shard}: {exc}") from None
-        if not isinstance(reply, SnapshotReply) or reply.req_id != request.req_id:
-            raise Unavailable(f"follower {address} of shard {shard} answered oddly")
+        reply = await self._drive(self.protocol.snapshot(shard, address, request))
         lag = None
         if with_lag:
             leader_status = (await self.status())[shard]
@@ -289,43 +259,6 @@ class Client:
         return SnapshotResult(
             dict(zip(keys, reply.values, strict=True)), reply.scans, shard, region, reply.vw, lag
         )
-
-    async def _replica_session(self, address: tuple[str, int]) -> Session:
-        session = self._replica_sessions.get(address)
-        if session is not None and session.error is None:
-            return session
-        try:
-            session = await self._rpc.connect(address, timeout=self.settings.connect_timeout_s)
-        except RpcError as exc:
-            raise Unavailable(f"{address[0]}:{address[1]} unreachable: {exc}") from None
-        self._replica_sessions[address] = session
-        return session
-
-    # ---- internals -----------------------------------------------------------------------
-
-    def _shard_for(self, route: str | int | None) -> int:
-        shards = len(self._addresses)
-        if route is None:
-            return next(self._round_robin) % shards
-        if isinstance(route, int):
-            if not 0 <= route < shards:
-                raise InvalidRequest(f"no shard {route}")
-            return route
-        return self.partitioner.shard_of(route)
-
-    async def _session(self, shard: int, timeout_s: float | None = None) -> Session:
-        session = self._sessions.get(shard)
-        if session is not None and session.error is None:
-            return session
-        timeout = self.settings.connect_timeout_s
-        if timeout_s is not None:
-            timeout = max(0.01, min(timeout, timeout_s))
-        try:
-            session = await self._rpc.connect(self._addresses[shard], timeout=timeout)
-        except RpcError as exc:
-            raise Unavailable(f"shard {shard} leader {self._addresses[shard]} unreachable: {exc}") from None
-        self._sessions[shard] = session
-        return session
 
     async def _run(
         self,
@@ -337,20 +270,11 @@ class Client:
     ) -> TxnResult:
         if self._closed:
             raise Unavailable("client closed")
-        shard = self._shard_for(route)
-        backoff = self.settings.backoff_initial_s
+        shard = self.protocol.shard_for(route)
         async with self._in_flight:
-            for attempt in range(1, self.settings.retries_max + 2):
-                submit = Submit(self.client_id, next(self._seq), procedure, args, True)
-                pending = PendingTxn(shard, submit, time.monotonic())
-                try:
-                    return await self._attempt(pending, speculative, attempt, detailed)
-                except Aborted:
-                    if attempt > self.settings.retries_max:
-                        raise
-                await asyncio.sleep(backoff * (0.5 + self._rng.random()))
-                backoff = min(backoff * 2, self.settings.backoff_max_s)
-        raise AssertionError("unreachable")
+            return await self._drive(
+                self.protocol.run(shard, procedure, args, speculative, detailed)
+            )
 
     async def run_pipelined(
         self, procedure: str, *args: Any, route: str | int | None = None
@@ -364,117 +288,56 @@ class Client:
         """
         if self._closed:
             raise Unavailable("client closed")
-        shard = self._shard_for(route)
-        backoff = self.settings.backoff_initial_s
+        shard = self.protocol.shard_for(route)
         loop = asyncio.get_running_loop()
-        for attempt in range(1, self.settings.retries_max + 2):
-            submit = Submit(self.client_id, next(self._seq), procedure, list(args), True)
-            pending = PendingTxn(shard, submit, time.monotonic())
-            outcome = await self._exchange(pending, want_certified=True)
-            certified_s = time.monotonic() - pending.started
-            status = Status(outcome.status)
-            if status == Status.CERTIFIED:
-                certified = TxnResult(outcome.result, "certified", outcome.vc, certified_s, None, attempt)
-                return certified, loop.create_task(
-                    self._await_commit(pending, outcome.result, certified_s, attempt)
-                )
-            if status == Status.COMMITTED:
-                committed = TxnResult(
-                    outcome.result, "committed", outcome.vc, certified_s, certified_s, attempt
-                )
-                future: asyncio.Future[TxnResult] = loop.create_future()
-                future.set_result(committed)
-                return committed, future
-            if status != Status.ABORTED or attempt > self.settings.retries_max:
-                raise ERROR_OF_STATUS.get(status, InvalidRequest)(outcome.detail or status.name)
-            await asyncio.sleep(backoff * (0.5 + self._rng.random()))
-            backoff = min(backoff * 2, self.settings.backoff_max_s)
-        raise AssertionError("unreachable")
-
-    async def _await_commit(
-        self, pending: PendingTxn, result: Any, certified_s: float, attempt: int
-    ) -> TxnResult:
-        outcome = await self._exchange(pending, want_certified=False)
-        if outcome.status != Status.COMMITTED:
-            status = Status(outcome.status)
-            raise ERROR_OF_STATUS.get(status, InvalidRequest)(outcome.detail or status.name)
-        return TxnResult(
-            result if outcome.result is None else outcome.result, "committed", outcome.vc,
-            certified_s, time.monotonic() - pending.started, attempt,
-        )
+        result, pending = await self._drive(self.protocol.run_pipelined(shard, procedure, list(args)))
+        if pending is None:
+            future: asyncio.Future[TxnResult] = loop.create_future()
+            future.set_result(result)
+            return result, future
+        return result, loop.create_task(self._drive(self.protocol.await_commit(pending, result)))
 
     async def resume(self, pending: PendingTxn, speculative: bool = False) -> TxnResult:
         """Asks again for a transaction whose outcome was unknown (same id: never runs twice)."""
-        pending.started = time.monotonic()
-        return await self._attempt(pending, speculative, 1, detailed=True)
+        return await self._drive(self.protocol.resume(pending, speculative))
 
-    async def _attempt(
-        self, pending: PendingTxn, speculative: bool, attempt: int, detailed: bool
-    ) -> TxnResult:
-        # Asking for the certified answer costs a second round trip for the committed one,
-        # so a caller who only wants the committed result does not ask.
-        outcome = await self._exchange(pending, want_certified=speculative or detailed)
-        certified_s = time.monotonic() - pending.started
-        if outcome.status == Status.CERTIFIED:
-            if speculative:
-                return TxnResult(outcome.result, "certified", outcome.vc, certified_s, None, attempt)
-            result = outcome.result
-            outcome = await self._exchange(pending, want_certified=False)
-            if outcome.status == Status.COMMITTED:
-                outcome.result = result if outcome.result is None else outcome.result
-        if outcome.status == Status.COMMITTED:
-            committed_s = time.monotonic() - pending.started
-            return TxnResult(
-                outcome.result, "committed", outcome.vc, min(certified_s, committed_s), committed_s, attempt
-            )
-        error = ERROR_OF_STATUS.get(Status(outcome.status), InvalidRequest)
-        raise error(outcome.detail or Status(outcome.status).name.lower())
+    # ---- the driver ----------------------------------------------------------------------
 
-    async def _exchange(self, pending: PendingTxn, want_certified: bool) -> Outcome:
-        """Sends the submission (again, same id) until an answer or the deadline."""
-        deadline = pending.started + self.settings.timeout_s
-        submit = Submit(
-            pending.submit.client_id, pending.submit.seq, pending.submit.procedure,
-            pending.submit.args, want_certified,
-        )
-        payload = codec.encode(submit)
-        sent = False
+    async def _drive(self, steps: Steps[T]) -> T:
+        """Carries out a protocol generator's effects until it returns or raises."""
+        value: Any = None
+        error: RpcError | None = None
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._unknown(pending, "no answer within the timeout")
             try:
-                session = await self._session(pending.shard, timeout_s=remaining)
-            except Unavailable:
-                if sent:
-                    raise self._unknown(pending, "the leader became unreachable") from None
-                raise
+                effect = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            value, error = None, None
             try:
-                sent = True
-                answer = await self._rpc.call(
-                    session, wire.SUBMIT, payload,
-                    timeout=min(remaining, self.settings.attempt_timeout_s),
-                )
-            except SessionError:
-                # The session died (the leader was slow or restarted): open a new one and
-                # ask again under the same id while time remains; the server's exactly-once
-                # table makes that safe.
-                self._sessions.pop(pending.shard, None)
-                continue
-            except RpcError:
-                continue  # a lost request or answer: send it again under the same id
-            try:
-                outcome = codec.decode(answer)
-            except InvalidRequest as exc:
-                raise self._unknown(pending, f"undecodable answer: {exc}") from None
-            if not isinstance(outcome, Outcome) or outcome.seq not in (pending.submit.seq, 0):
-                raise self._unknown(pending, "unexpected answer")
-            return outcome
+                value = await self._carry_out(effect)
+            except RpcError as exc:
+                error = exc
 
-    def _unknown(self, pending: PendingTxn, why: str) -> OutcomeUnknown:
-        error = OutcomeUnknown(f"transaction {pending.submit.client_id}/{pending.submit.seq}: {why}")
-        error.txn = pending  # type: ignore[attr-defined]
-        return error
+    async def _carry_out(self, effect: Any) -> Any:
+        if isinstance(effect, Call):
+            session = self._sessions.get(effect.address)
+            if session is None or session.error is not None:
+                raise SessionClosed(f"no session to {effect.address}")
+            return await self._rpc.call(session, effect.req_type, effect.payload, effect.timeout_s)
+        if isinstance(effect, Connect):
+            session = self._sessions.get(effect.address)
+            if session is None or session.error is not None:
+                self._sessions.pop(effect.address, None)
+                session = await self._rpc.connect(effect.address, timeout=effect.timeout_s)
+                self._sessions[effect.address] = session
+            return None
+        if isinstance(effect, ForgetSession):
+            self._sessions.pop(effect.address, None)
+            return None
+        assert isinstance(effect, Sleep), effect
+        await asyncio.sleep(effect.seconds)
+        return None
 
 
 class TxnBuilder:

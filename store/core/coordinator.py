@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from store.core.errors import InvalidRequest, Status, UnknownProcedure
@@ -62,9 +63,25 @@ SOLO = 4
 DECIDED = 5  # certified: installs may still be in flight
 ABORTING = 6  # aborted: abort requests may still be in flight
 
-# Observer of certification, for the simulator's invariant checks: (txn_id, vc, the clock
-# before durable entries were dropped, writer txn ids of every version read).
-CertifiedObserver = Callable[[int, VectorClock, VectorClock, list[int]], None]
+
+@dataclass(frozen=True, slots=True)
+class Certification:
+    """A certified transaction as the simulator's oracles see it (production observes none).
+
+    ``reads``: (key, writer txn id) of every version read, point reads and scanned keys
+    alike; writer 0 means no version, or one loaded before the cluster served.
+    ``scans``: (shard, lo, hi, limit, keys seen) of each shard's part of each scan.
+    """
+
+    txn_id: int
+    vc: VectorClock
+    full: VectorClock  # vc with the entries dropped as durable put back
+    reads: list[tuple[str, int]]
+    scans: list[tuple[int, str, str, int, list[str]]]
+    writes: list[str]
+
+
+CertifiedObserver = Callable[[Certification], None]
 
 
 class _Txn:
@@ -115,7 +132,7 @@ class _Txn:
         self.reads: dict[int, dict[str, int]] = {}
         self.scans: dict[int, list[RecordedScan]] = {}
         self.read_vc = EMPTY
-        self.read_from: list[int] = []
+        self.read_from: list[tuple[str, int]] = []
         self.read_count = 0
         self.conflict = False
         self.counters: dict[int, int] = {}
@@ -302,9 +319,9 @@ class Coordinator:
             elif previous != vid:
                 txn.conflict = True  # the key changed between two reads: cannot certify
             txn.batch_items[key] = item
+            txn.read_from.append((key, writer))
             if vid:
                 read_vc = read_vc.merge(vc)
-                txn.read_from.append(writer)
         assert txn.batch is not None
         if scans:
             # The shard answered the scans it owns in the order they were asked.
@@ -319,7 +336,7 @@ class Coordinator:
                 txn.batch_scans[j].extend(found)
                 for item in found:
                     read_vc = read_vc.merge(item[4])
-                    txn.read_from.append(item[5])
+                    txn.read_from.append((item[0], item[5]))
         txn.read_vc = read_vc
 
     def _batch_value(self, txn: _Txn) -> Any:
@@ -529,7 +546,14 @@ class Coordinator:
             txn.phase = DECIDED
         self.counters["certified"] += 1
         if self._observer is not None:
-            self._observer(txn.txn_id, vc, full, txn.read_from)
+            scans = [
+                (shard, lo, hi, limit, [key for key, _ in seen])
+                for shard, recorded in sorted(txn.scans.items())
+                for lo, hi, limit, seen in recorded
+            ]
+            self._observer(
+                Certification(txn.txn_id, vc, full, txn.read_from, scans, list(txn.tx.writes))
+            )
         self._awaiting_commit[txn.txn_id] = txn
         # A transaction already durable (a read of durable data, say) is answered COMMITTED
         # at once, without a CERTIFIED first that would cost the client a second request.

@@ -37,7 +37,7 @@ from store.core.paxos import (
     StreamFollower,
     StreamSettings,
 )
-from store.core.replica import Ready
+from store.core.replica import Probe, Ready
 from store.core.storage import VersionedStore
 from store.core.vclock import EMPTY, VectorClock
 
@@ -84,9 +84,11 @@ class ShardFollower:
         stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
         *,
         now_ns: int = 0,
+        probe: Probe | None = None,
     ) -> None:
         self.shard = shard
         self.address = address
+        self._probe = probe
         self.stream = StreamFollower(shard, stream_settings)
         self.stream_settings = stream_settings
         self.store = VersionedStore()
@@ -135,7 +137,10 @@ class ShardFollower:
                 continue  # no-ops and INF markers end an epoch: recovery's business
             for record in entry.records:
                 self._replay(record)
-            self.vw = self.vw.merge(entry.vw).with_entry(self.shard, entry.watermark)
+            vw = self.vw.merge(entry.vw).with_entry(self.shard, entry.watermark)
+            if self._probe is not None and vw != self.vw:
+                self._probe.watermark(self.address, dict(vw.items()))
+            self.vw = vw
 
     def _replay(self, record: Any) -> None:
         txn_id, writes, vc_wire = record

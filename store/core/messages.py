@@ -252,3 +252,19 @@ class Gossip(Message):
     def __init__(self, shard: int, watermarks: dict[int, int]) -> None:
         self.shard = shard
         self.watermarks = watermarks
+
+
+# ---- how peers exchange them -----------------------------------------------------------------
+
+# A peer request is answered by exactly one reply, which the replica produces inside the very
+# ``handle`` call that received the request (every participant step is synchronous). Hosts
+# rely on that rule: the reply travels back as the RPC response of the request
+# (``store/node/host.py`` checks the rule and stops the process if it is ever broken). A
+# one-way message is answered by nothing.
+PEER_REQUESTS: tuple[type[Message], ...] = (
+    ReadRequest, LockRequest, ValidateRequest, InstallRequest, AbortRequest, SoloRequest,
+)
+PEER_ONE_WAY: tuple[type[Message], ...] = (Gossip,)
+PEER_REPLIES: tuple[type[Message], ...] = (
+    ReadReply, LockReply, ValidateReply, InstallReply, AbortReply, SoloReply,
+)

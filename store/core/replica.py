@@ -20,10 +20,11 @@ replies and the gossip. Without followers an install is durable when applied.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from store.core.coordinator import CertifiedObserver, Coordinator
+from store.core.coordinator import Certification, Coordinator
 from store.core.messages import (
     AbortReply,
     AbortRequest,
@@ -60,6 +61,18 @@ from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ShardWatermark, VectorWatermark
 
 
+class Probe(Protocol):
+    """What the simulator's oracles watch in a replica (production passes none): every
+    certification at its coordinator, every install in its store, in order, and its vector
+    watermark after every step that raised it."""
+
+    def certified(self, certification: Certification) -> None: ...
+
+    def installed(self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock) -> None: ...
+
+    def watermark(self, address: str, vw: Mapping[int, int]) -> None: ...
+
+
 @dataclass(slots=True)
 class Ready:
     """What the replica wants done: send ``messages`` (in order), wake it at ``wake_at``."""
@@ -78,7 +91,7 @@ class ShardLeader:
         settings: Settings = DEFAULT_SETTINGS,
         *,
         breaks: frozenset[str] = frozenset(),
-        observer: CertifiedObserver | None = None,
+        probe: Probe | None = None,
         now_ns: int = 0,
         followers: Sequence[str] = (),
         stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
@@ -106,8 +119,10 @@ class ShardLeader:
             self.vw,
             self._send_to_shard,
             self._send_to_client,
-            observer,
+            probe.certified if probe is not None else None,
         )
+        self._probe = probe
+        self._probed_moves = -1
         self._outbox: list[tuple[str, Message]] = []
         self.coordinator.admits = self.accepts_more
         self._now_ns = now_ns
@@ -158,6 +173,8 @@ class ShardLeader:
             handler(now_ns, src, message)
         self._pump_stream()
         self._refresh_watermark()
+        if self._probe is not None:
+            self._report_watermark()
 
     def tick(self, now_ns: int) -> None:
         self._now_ns = now_ns
@@ -179,6 +196,8 @@ class ShardLeader:
             self.store.collect_garbage(self.vw.entries, self.settings.gc_keys_per_pass_max)
             self.participant.collect_stamps(self.vw.entries, self.settings.gc_keys_per_pass_max)
         self._refresh_watermark()
+        if self._probe is not None:
+            self._report_watermark()
 
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
@@ -210,7 +229,15 @@ class ShardLeader:
     def _send_to_client(self, address: str, outcome: Outcome) -> None:
         self._outbox.append((address, outcome))
 
+    def _report_watermark(self) -> None:
+        assert self._probe is not None
+        if self.vw.moves != self._probed_moves:
+            self._probed_moves = self.vw.moves
+            self._probe.watermark(self.address, self.vw.entries)
+
     def _on_installed(self, txn_id: int, counter: int, writes: list[Write], vc: VectorClock) -> None:
+        if self._probe is not None:
+            self._probe.installed(self.shard, txn_id, writes, vc)
         if self.stream is not None:
             record = [txn_id, [[key, value, deleted] for key, value, deleted in writes], vc.to_wire()]
             self.stream.append(self._now_ns, record, counter, vc)

@@ -59,15 +59,17 @@ class ShardWatermark:
 class VectorWatermark:
     """What one node knows of every shard's watermark; entries only grow."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "moves")
 
     def __init__(self) -> None:
         self.entries: dict[int, int] = {}
+        self.moves = 0  # how many times an entry rose: a cheap "has it changed" for observers
 
     def learn(self, shard: int, watermark: int) -> bool:
         """Raises the entry; True when it moved."""
         if watermark > self.entries.get(shard, 0):
             self.entries[shard] = watermark
+            self.moves += 1
             return True
         return False
 

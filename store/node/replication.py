@@ -44,15 +44,13 @@ from store.core.errors import InvalidRequest
 from store.core.paxos import PaxosMessage
 from store.proto import replication_pb2 as pb
 from store.proto import replication_pb2_grpc as pb_grpc
-from store.proto.convert import message_to_pb, parse_batch
+from store.proto.convert import BATCH_MESSAGES_MAX, message_to_pb, parse_batch
 
 logger = logging.getLogger(__name__)
 
 # A batch of Accepts whose entries hold 400 records each runs to megabytes; gRPC's 4 MiB
 # default would refuse it.
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
-# Messages per write: bounds the latency one write adds and the size of one batch.
-BATCH_MESSAGES_MAX = 4096
 QUEUE_MESSAGES_MAX = 100_000
 CONNECT_BACKOFF_S = 0.05
 CONNECT_BACKOFF_MAX_S = 1.0

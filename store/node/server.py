@@ -1,16 +1,14 @@
-"""A shard-leader server process: the pure ``ShardLeader`` adapted to the RPC core.
+"""A server process: a shard's leader or follower, hosted on UDP, gRPC and the event loop.
 
-This module adds no protocol logic (DESIGN.md §7). It decodes what arrives, hands it to the
-replica with the current monotonic time, and carries out the replica's ``Ready``:
+This module adds no protocol logic (DESIGN.md §7). The replica is hosted by
+``store.node.host.ReplicaHost`` — the same adapter the simulator drives — on an RPC
+endpoint over UDP (clients and peer leaders), the gRPC replication transport (Paxos between
+regions) and the event loop's timers. What is here is what only a process has: loading the
+procedures, sockets, the status request, signals, logs and the pause monitor.
 
-* an ``Outcome`` for a client answers the RPC requests waiting for that (client, seq);
-* a message to another leader is sent as a ``PEER`` request on that leader's session, and
-  the reply that comes back as the RPC response is handed to the replica;
-* a reply to a ``PEER`` request this server received is that request's RPC response;
-* the wake-up time becomes one event-loop timer.
-
-Bad input never reaches the replica: the codec validates every field, and a request that
-fails to decode is answered with a typed error (``INVALID``) or ignored (peer traffic).
+A broken invariant stops the process: the host hands the exception to ``_fatal``, which
+logs it (with its traceback, in the JSON log and on stderr) and exits with status 70, so
+that ``meridian up`` (and any supervisor) sees the process end and reports why.
 """
 
 from __future__ import annotations
@@ -23,28 +21,27 @@ import os
 import signal
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 from store import wire
 from store.config import ClusterConfig, ReplicaNode
-from store.core import codec
-from store.core.errors import InvalidRequest, Status
-from store.core.follower import ShardFollower, SnapshotRead
-from store.core.messages import Message, Outcome, Submit
+from store.core.follower import ShardFollower
 from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
-from store.core.vclock import EMPTY
+from store.node.host import ReplicaHost
 from store.node.replication import ReplicationTransport
-from store.rpc import Nexus, ReqHandle, RpcError, Session
+from store.rpc import Nexus, ReqHandle
 from store.rpc.aio import Rpc, new_event_loop
 
 log = logging.getLogger("meridian.server")
 
-CLIENT_PREFIX = "c\x00"
-PEER_REPLY_PREFIX = "p\x00"
+# The exit status of a process stopped by a broken invariant (EX_SOFTWARE).
+EXIT_INVARIANT_BROKEN = 70
 
 
 def load_procedures(config: ClusterConfig) -> Procedures:
@@ -60,6 +57,33 @@ def load_procedures(config: ClusterConfig) -> Procedures:
     return procedures
 
 
+class LoopTimers:
+    """The host's clock and timers on an asyncio event loop (monotonic time)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def clock_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def call_at(self, when_ns: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return self.loop.call_later(max(0.0, (when_ns - time.monotonic_ns()) / 1e9), callback)
+
+
+def _fatal(exc: BaseException) -> None:
+    """A broken invariant: say so loudly and stop the process (never serve on)."""
+    text = "".join(traceback.format_exception(exc))
+    log.critical("invariant broken; stopping", extra={"fields": {"error": repr(exc), "traceback": text}})
+    print(f"meridian: invariant broken, stopping:\n{text}", file=sys.stderr, flush=True)
+    logging.shutdown()
+    os._exit(EXIT_INVARIANT_BROKEN)
+
+
+def _peer_address(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
 class ShardServer:
     """One server process: a shard's leader, or one of its followers (``node.role``)."""
 
@@ -69,6 +93,7 @@ class ShardServer:
         shard: int,
         loop: asyncio.AbstractEventLoop,
         node: ReplicaNode | None = None,
+        on_fatal: Callable[[BaseException], None] = _fatal,
     ) -> None:
         self.config = config
         self.shard = shard
@@ -93,10 +118,6 @@ class ShardServer:
                 shard, self.node.address, stream_settings, now_ns=time.monotonic_ns()
             )
         nexus = Nexus()
-        nexus.register_req_func(wire.SUBMIT, self._on_submit)
-        nexus.register_req_func(wire.PEER, self._on_peer)
-        nexus.register_req_func(wire.STATUS, self._on_status)
-        nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
         host, port = self.node.rpc
         self.rpc = Rpc.udp(nexus, host, port, settings=config.rpc, loop=loop)
         routes = config.replication_routes(self.node)
@@ -109,82 +130,32 @@ class ShardServer:
                 self._on_paxos,
                 loop=loop,
             )
-        self._peer_sessions: dict[str, Session] = {}
-        self._client_waiters: dict[tuple[str, int], list[tuple[ReqHandle, bool]]] = {}
-        self._peer_replies: dict[str, ReqHandle] = {}
-        self._next_token = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: int | None = None
+        self.host = ReplicaHost(
+            self.replica,
+            self.rpc,
+            LoopTimers(loop),
+            peer_address=_peer_address,
+            stream_send=self._send_paxos if self.transport is not None else None,
+            request_bytes_max=config.settings.request_bytes_max,
+            on_fatal=on_fatal,
+        )
+        self.host.register(nexus)
+        nexus.register_req_func(wire.STATUS, self._on_status)
         self.started_at = time.time()
-        self.counters: dict[str, Any] = {
-            "submits": 0, "peer_messages": 0, "bad_requests": 0, "errors": 0,
-        }
+        self.counters: dict[str, Any] = self.host.counters
         self.transport_routes = set(routes)
-        self._flush()
-
-    # ---- request handlers ----------------------------------------------------------------
+        self.host.start()
 
     async def start(self) -> None:
         if self.transport is not None:
             await self.transport.start()
 
     def _on_paxos(self, src: str, message: PaxosMessage) -> None:
-        self._handle(src, message)
+        self.host.on_stream_message(src, message)
 
-    def _on_snapshot(self, handle: ReqHandle, payload: bytes) -> bytes | None:
-        try:
-            message = codec.decode(payload)
-            if not isinstance(message, SnapshotRead):
-                raise InvalidRequest("a SNAPSHOT request carries a SnapshotRead")
-            if not isinstance(self.replica, ShardFollower):
-                raise InvalidRequest("snapshot reads are served by followers")
-        except InvalidRequest:
-            self.counters["bad_requests"] += 1
-            return b""
-        return self._answer_synchronously(handle, message)
-
-    def _answer_synchronously(self, handle: ReqHandle, message: Message) -> bytes | None:
-        self._next_token += 1
-        token = f"{PEER_REPLY_PREFIX}{self._next_token}"
-        self._peer_replies[token] = handle
-        self._handle(token, message)
-        # A request the replica answers does so synchronously; anything else (gossip) gets
-        # an empty response so the sender's slot is freed.
-        if self._peer_replies.pop(token, None) is not None:
-            return b""
-        return None
-
-    def _on_submit(self, handle: ReqHandle, payload: bytes) -> bytes | None:
-        self.counters["submits"] += 1
-        if not isinstance(self.replica, ShardLeader):
-            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, "not a shard leader"))
-        try:
-            if len(payload) > self.config.settings.request_bytes_max:
-                raise InvalidRequest(
-                    f"request larger than {self.config.settings.request_bytes_max} bytes"
-                )
-            message = codec.decode(payload)
-            if not isinstance(message, Submit):
-                raise InvalidRequest("a SUBMIT request carries a Submit message")
-        except InvalidRequest as exc:
-            self.counters["bad_requests"] += 1
-            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
-        key = (message.client_id, message.seq)
-        self._client_waiters.setdefault(key, []).append((handle, message.want_certified))
-        self._handle(CLIENT_PREFIX + message.client_id, message)
-        return None
-
-    def _on_peer(self, handle: ReqHandle, payload: bytes) -> bytes | None:
-        self.counters["peer_messages"] += 1
-        try:
-            message = codec.decode(payload)
-        except InvalidRequest:
-            self.counters["bad_requests"] += 1
-            return b""
-        if isinstance(message, Outcome | Submit) or not isinstance(self.replica, ShardLeader):
-            self.counters["bad_requests"] += 1
-            return b""
-        return self._answer_synchronously(handle, message)
+    def _send_paxos(self, dst: str, message: PaxosMessage) -> None:
+        if self.transport is not None and dst in self.transport_routes:
+            self.transport.send(dst, message)
 
     def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
         replica = self.replica
@@ -230,98 +201,8 @@ class ShardServer:
         packed: bytes = msgpack.packb(status)
         return packed
 
-    # ---- the replica ---------------------------------------------------------------------
-
-    def _handle(self, src: str, message: Message) -> None:
-        try:
-            self.replica.handle(time.monotonic_ns(), src, message)
-        except Exception:
-            self.counters["errors"] += 1
-            log.exception("replica failed on a message", extra={"fields": {"type": type(message).__name__}})
-        self._flush()
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        try:
-            self.replica.tick(time.monotonic_ns())
-        except Exception:
-            self.counters["errors"] += 1
-            log.exception("replica failed on a timer")
-        self._flush()
-
-    def _flush(self) -> None:
-        ready = self.replica.ready()
-        for dst, message in ready.messages:
-            if dst.startswith(CLIENT_PREFIX):
-                assert isinstance(message, Outcome)
-                self._answer_client(dst[len(CLIENT_PREFIX) :], message)
-            elif dst.startswith(PEER_REPLY_PREFIX):
-                handle = self._peer_replies.pop(dst, None)
-                if handle is not None:
-                    self.rpc.enqueue_response(handle, codec.encode(message))
-            elif isinstance(message, PaxosMessage):
-                if self.transport is not None and dst in self.transport_routes:
-                    self.transport.send(dst, message)
-            else:
-                self._send_peer(dst, message)
-        wake_at = ready.wake_at
-        if wake_at is not None and (self._timer_at is None or wake_at < self._timer_at):
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = wake_at
-            delay = max(0.0, (wake_at - time.monotonic_ns()) / 1e9)
-            self._timer = self.loop.call_later(delay, self._on_timer)
-
-    def _answer_client(self, client_id: str, outcome: Outcome) -> None:
-        key = (client_id, outcome.seq)
-        waiters = self._client_waiters.get(key)
-        if not waiters:
-            return
-        payload = codec.encode(outcome)
-        if outcome.status == Status.CERTIFIED:
-            remaining = []
-            for handle, want_certified in waiters:
-                if want_certified:
-                    self.rpc.enqueue_response(handle, payload)
-                else:
-                    remaining.append((handle, want_certified))
-            if remaining:
-                self._client_waiters[key] = remaining
-            else:
-                del self._client_waiters[key]
-            return
-        del self._client_waiters[key]
-        for handle, _ in waiters:
-            self.rpc.enqueue_response(handle, payload)
-
-    def _send_peer(self, address: str, message: Message) -> None:
-        session = self._peer_sessions.get(address)
-        if session is None or session.error is not None:
-            host, port = address.rsplit(":", 1)
-            session = self.rpc.create_session((host, int(port)))
-            self._peer_sessions[address] = session
-
-        def on_reply(payload: bytes | None, error: RpcError | None) -> None:
-            # A lost or failed request is retransmitted by the coordinator's own timer.
-            if error is not None or not payload:
-                return
-            try:
-                reply = codec.decode(payload)
-            except InvalidRequest:
-                self.counters["bad_requests"] += 1
-                return
-            self._handle(address, reply)
-
-        try:
-            self.rpc.enqueue_request(session, wire.PEER, codec.encode(message), on_reply)
-        except RpcError as exc:
-            log.warning("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})
-            self._peer_sessions.pop(address, None)
-
     async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self.host.close()
         if self.transport is not None:
             await self.transport.close()
         self.rpc.close()

@@ -123,6 +123,10 @@ def message_to_pb(message: PaxosMessage) -> Any:
     return out
 
 
+# Messages per batch (one gRPC write): bounds the latency one write adds and its size.
+BATCH_MESSAGES_MAX = 4096
+
+
 def to_batch(src: str, messages: Iterable[PaxosMessage]) -> Any:
     """A ``ReplicationBatch`` from ``src`` holding ``messages`` in order."""
     batch = pb.ReplicationBatch(src=src)

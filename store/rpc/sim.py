@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any
+from typing import Any, Protocol
 
 from store.rpc import _native
 from store.rpc.endpoint import Nexus, Payload, ReqHandle, RpcBase, Transport
@@ -86,6 +86,23 @@ class Pending:
         if not self._done:
             yield self
         return self.result()
+
+
+class DatagramNetwork(Protocol):
+    """What a simulated endpoint needs of its network: ``SimNetwork`` here, or the cluster
+    simulator's network (``store.sim.network.Network``), which also carries other traffic."""
+
+    rng: random.Random
+    now_ns: int
+    mtu_bytes: int
+
+    def attach(self, address: str, endpoint: SimRpc) -> None: ...
+
+    def detach(self, address: str) -> None: ...
+
+    def send(self, src: str, dst: str, datagram: bytes) -> None: ...
+
+    def take_due(self, address: str, now_ns: int) -> list[tuple[str, bytes]]: ...
 
 
 class SimNetwork:
@@ -234,7 +251,7 @@ class SimNetwork:
 class SimTransport(Transport):
     """The endpoint side of SimNetwork: addresses are names (UTF-8, at most 32 bytes)."""
 
-    def __init__(self, network: SimNetwork, address: str) -> None:
+    def __init__(self, network: DatagramNetwork, address: str) -> None:
         raw = address.encode()
         if not 1 <= len(raw) <= ADDRESS_BYTES_MAX:
             raise ValueError(f"address must be 1..{ADDRESS_BYTES_MAX} bytes of UTF-8")
@@ -272,7 +289,7 @@ class SimRpc(RpcBase):
     def __init__(
         self,
         nexus: Nexus,
-        network: SimNetwork,
+        network: DatagramNetwork,
         address: str,
         settings: RpcSettings | None = None,
         *,

@@ -1,27 +1,47 @@
-"""Simulated client processes: closed loops over a workload, recording a Jepsen history.
+"""Simulated client processes: the SDK's own logic on virtual time, recording a Jepsen history.
 
-Each client submits its next transaction to the leader of the shard that owns the
-transaction's first key, waits for the final outcome, records it, and moves on. It speaks
-the same wire messages as the SDK: a lost request or answer is retried with the same client
-transaction id, so the coordinator's exactly-once table returns the first outcome instead of
-running the transaction twice. A client that gets no answer before its deadline records
-``:info`` (it may or may not have happened) and, as in Jepsen, continues as a new process.
+``SdkProcess`` is a client process: an RPC endpoint (the real core) on the simulated network
+and the SDK's protocol (``store.client.protocol.ClientProtocol``), whose effects it carries
+out with virtual-time timers — the simulator's twin of ``store.client.Client``'s driver. So
+the attempts, conflict retries, resends under the same id, session reopening and deadlines
+that the simulator puts under loss, duplication and partitions are the SDK's.
+
+``WorkloadClient`` runs a closed loop over a workload on one ``SdkProcess``: it submits the
+next operation through the SDK (a mix of ``run``, ``run_detailed`` and ``run_pipelined``, as
+applications call them), records the invocation and the completion in the history, and
+moves on. As in Jepsen, a process whose operation ended ``:info`` (``OutcomeUnknown``: it may
+or may not have happened) continues under a new process number. In runs with followers it
+also reads snapshots from them now and then; each one goes to the snapshot oracle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jepsen.history import Op
-from store.core.errors import Status
-from store.core.messages import Outcome, Submit
+from store.client.protocol import (
+    Call,
+    ClientProtocol,
+    ClientSettings,
+    Connect,
+    ForgetSession,
+    Sleep,
+    Steps,
+    TxnResult,
+)
+from store.core.errors import MeridianError, OutcomeUnknown, RolledBack
+from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.partition import Partitioner
+from store.rpc import Nexus, RequestTimeout, RpcError, RpcSettings, Session, SessionClosed
+from store.sim.cluster import SimEndpoint
 from store.sim.loop import Simulator
 from store.sim.network import MS, Network
 from store.sim.workloads import Operation
 
-FAIL_STATUSES = {Status.ABORTED, Status.USER_ABORTED, Status.INVALID, Status.PROCEDURE_FAILED,
-                 Status.UNAVAILABLE}
+NS_PER_S = 1_000_000_000
+
+Done = Callable[[Any, MeridianError | None], None]
 
 
 class History:
@@ -34,94 +54,245 @@ class History:
         self.ops.append(Op(op_type, f, value, process, time_ns, len(self.ops)))
 
 
-class SimClient:
+class SdkProcess:
+    """A client process: the SDK's protocol on a simulated RPC endpoint (see module doc)."""
+
     def __init__(
         self,
         sim: Simulator,
         network: Network,
+        address: str,
+        region: str,
+        leaders: Sequence[str],
+        partitioner: Partitioner,
+        settings: ClientSettings,
+        rpc_settings: RpcSettings,
+        client_id: str | None = None,
+    ) -> None:
+        self.sim = sim
+        self.address = address
+        network.add(address, region)
+        self.rpc = SimEndpoint(Nexus(), network, address, rpc_settings)
+        self.protocol = ClientProtocol(
+            client_id or address, leaders, partitioner, settings, self._clock, sim.rng
+        )
+        self._sessions: dict[Any, Session] = {}
+
+    def _clock(self) -> float:
+        return self.sim.now_ns / NS_PER_S
+
+    def drive(self, steps: Steps[Any], on_done: Done) -> None:
+        """Carries out a protocol generator's effects; ``on_done(result, error)`` at its end."""
+        self._step(steps, on_done, None, None)
+
+    def _step(self, steps: Steps[Any], on_done: Done, value: Any, error: RpcError | None) -> None:
+        while True:
+            try:
+                effect = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                on_done(stop.value, None)
+                return
+            except MeridianError as exc:
+                on_done(None, exc)
+                return
+            value, error = None, None
+            if isinstance(effect, ForgetSession):
+                self._sessions.pop(effect.address, None)
+                continue
+            if isinstance(effect, Sleep):
+                resume = self._resumer(steps, on_done)
+                self.sim.after(int(effect.seconds * NS_PER_S), resume, None, None)
+                return
+            if isinstance(effect, Connect):
+                session = self._sessions.get(effect.address)
+                if session is not None and session.error is None:
+                    continue
+                self._sessions.pop(effect.address, None)
+                try:
+                    session = self.rpc.create_session(effect.address)
+                except RpcError as exc:
+                    error = exc
+                    continue
+                self._await_connect(steps, on_done, effect, session)
+                return
+            assert isinstance(effect, Call), effect
+            session = self._sessions.get(effect.address)
+            if session is None or session.error is not None:
+                error = SessionClosed(f"no session to {effect.address}")
+                continue
+            resume = self._resumer(steps, on_done)
+            try:
+                self.rpc.enqueue_request(session, effect.req_type, effect.payload, resume)
+            except RpcError as exc:
+                resume(None, exc)
+                return
+            timeout = RequestTimeout(f"req_type {effect.req_type} to {effect.address} timed out")
+            self.sim.after(int(effect.timeout_s * NS_PER_S), resume, None, timeout)
+            return
+
+    def _await_connect(
+        self, steps: Steps[Any], on_done: Done, effect: Connect, session: Session
+    ) -> None:
+        resume = self._resumer(steps, on_done)
+
+        def connected(failure: RpcError | None) -> None:
+            if failure is None:
+                self._sessions[effect.address] = session
+            resume(None, failure)
+
+        session.on_connect(connected)
+        timeout = RequestTimeout(f"connect to {effect.address} timed out")
+        self.sim.after(int(effect.timeout_s * NS_PER_S), resume, None, timeout)
+
+    def _resumer(self, steps: Steps[Any], on_done: Done) -> Callable[[Any, RpcError | None], None]:
+        """Resumes the generator once: by whichever comes first, the answer or the timer."""
+        fired = False
+
+        def resume(value: Any, error: RpcError | None) -> None:
+            nonlocal fired
+            if fired:
+                return
+            fired = True
+            self._step(steps, on_done, value, error)
+
+        return resume
+
+
+# How a workload client calls the SDK: (weight, mode). Plain ``run`` waits for the committed
+# answer only; ``run_detailed`` hears CERTIFIED first and asks again for COMMITTED;
+# ``run_pipelined`` returns at certification and waits for the commit separately.
+CALL_MODES = ((2, "run"), (1, "detailed"), (1, "pipelined"))
+
+
+class WorkloadClient:
+    def __init__(
+        self,
+        process: SdkProcess,
         history: History,
         index: int,
         client_count: int,
         workload: Any,
-        partitioner: Partitioner,
-        leaders: list[str],
         stop_at_ns: int,
-        retry_ns: int = 60 * MS,
-        deadline_ns: int = 3000 * MS,
-        on_committed: Any = None,
+        on_committed: Callable[[str, TxnResult], None] | None = None,
+        snapshots: SnapshotReads | None = None,
     ) -> None:
-        self.sim = sim
-        self.network = network
+        self.process = process
+        self.sim = process.sim
+        self.protocol = process.protocol
         self.history = history
-        self.address = f"client/{index}"
-        self.process = index
+        self.process_number = index
         self.client_count = client_count
         self.workload = workload
-        self.partitioner = partitioner
-        self.leaders = leaders
         self.stop_at_ns = stop_at_ns
-        self.retry_ns = retry_ns
-        self.deadline_ns = deadline_ns
-        self.seq = 0
-        self.current: Operation | None = None
-        self.target = ""
-        self.submitted_at = 0
-        self.counts = {"ok": 0, "fail": 0, "info": 0, "cross_shard": 0, "single_shard": 0}
-        self.statuses: dict[int, int] = {}
         self.on_committed = on_committed
-        network.add(self.address, self)
+        self.snapshots = snapshots
+        self.current: Operation | None = None
+        self.started = 0
+        self.counts = {"ok": 0, "fail": 0, "info": 0, "cross_shard": 0, "single_shard": 0}
+        self.errors: dict[str, int] = {}
+        self._weights = [weight for weight, _ in CALL_MODES]
+        self._modes = [mode for _, mode in CALL_MODES]
 
     def start(self) -> None:
         self.sim.after(self.sim.rng.randrange(1 * MS), self._next)
 
+    def busy(self) -> bool:
+        return self.current is not None
+
     def _next(self) -> None:
         if self.sim.now_ns >= self.stop_at_ns:
-            self.current = None
+            return
+        rng = self.sim.rng
+        if self.snapshots is not None and rng.random() < self.snapshots.fraction:
+            self.snapshots.read(self.process, self.workload, self._after_snapshot)
             return
         operation = self.workload.next()
         self.current = operation
-        self.seq += 1
-        shards = {self.partitioner.shard_of(key) for key in operation.keys}
+        self.started += 1
+        shard_of = self.protocol.partitioner.shard_of
+        shards = {shard_of(key) for key in operation.keys}
         self.counts["cross_shard" if len(shards) > 1 else "single_shard"] += 1
-        self.target = self.leaders[self.partitioner.shard_of(operation.keys[0])]
-        self.submitted_at = self.sim.now_ns
-        self.history.record("invoke", operation.f, operation.value, self.process, self.sim.now_ns)
-        self._send(self.seq)
-
-    def _send(self, seq: int) -> None:
-        if self.current is None or seq != self.seq:
-            return
-        if self.sim.now_ns - self.submitted_at >= self.deadline_ns:
-            self._complete("info", self.current.value)
-            self.process += self.client_count  # Jepsen: a process whose op is :info is done
-            return
-        operation = self.current
-        message = Submit(self.address, seq, operation.procedure, operation.args, False)
-        self.network.send(self.address, self.target, message)
-        self.sim.after(self.retry_ns, self._send, seq)
-
-    def deliver(self, now_ns: int, src: str, message: Any) -> None:
-        if not isinstance(message, Outcome) or self.current is None or message.seq != self.seq:
-            return
-        status = Status(message.status)
-        if status == Status.CERTIFIED:
-            return  # this client waits for the durable answer
-        self.statuses[status] = self.statuses.get(status, 0) + 1
-        operation = self.current
-        if status == Status.COMMITTED:
-            if self.on_committed is not None:
-                self.on_committed(f"{self.address}#{self.seq}", message.vc)
-            self._complete("ok", operation.complete(message.result))
-        elif status in FAIL_STATUSES:
-            self._complete("fail", operation.value)
+        shard = shard_of(operation.keys[0])
+        self.history.record("invoke", operation.f, operation.value, self.process_number, self.sim.now_ns)
+        mode = rng.choices(self._modes, self._weights)[0]
+        args = operation.args
+        if mode == "pipelined":
+            steps: Steps[Any] = self._pipelined(shard, operation.procedure, args)
         else:
+            steps = self.protocol.run(shard, operation.procedure, args, False, mode == "detailed")
+        self.process.drive(steps, self._done)
+
+    def _pipelined(self, shard: int, procedure: str, args: list[Any]) -> Steps[TxnResult]:
+        certified, pending = yield from self.protocol.run_pipelined(shard, procedure, args)
+        if pending is None:
+            return certified
+        return (yield from self.protocol.await_commit(pending, certified))
+
+    def _done(self, result: TxnResult | None, error: MeridianError | None) -> None:
+        operation = self.current
+        assert operation is not None
+        if error is None:
+            assert result is not None and result.status == "committed"
+            if self.on_committed is not None:
+                self.on_committed(f"{self.process.address}#{self.started}", result)
+            self._complete("ok", operation.complete(result.result))
+            return
+        name = type(error).__name__
+        self.errors[name] = self.errors.get(name, 0) + 1
+        if isinstance(error, OutcomeUnknown | RolledBack):
+            # It may or may not have happened (a rolled-back transaction did not, but what it
+            # answered was never the client's to rely on): :info, and a new process number.
             self._complete("info", operation.value)
-            self.process += self.client_count
+            self.process_number += self.client_count
+        else:
+            self._complete("fail", operation.value)  # did not run, or changed nothing
 
     def _complete(self, op_type: str, value: Any) -> None:
         assert self.current is not None
         self.counts[op_type] += 1
-        self.history.record(op_type, self.current.f, value, self.process, self.sim.now_ns)
+        self.history.record(op_type, self.current.f, value, self.process_number, self.sim.now_ns)
         self.current = None
-        self.seq += 1  # late answers to the finished transaction are ignored
         self.sim.after(self.sim.rng.randrange(200_000), self._next)
+
+    def _after_snapshot(self) -> None:
+        self.sim.after(self.sim.rng.randrange(200_000), self._next)
+
+
+class SnapshotReads:
+    """Follower snapshot reads during a run: where to send them and who checks them.
+
+    ``followers[shard]`` are the addresses of that shard's followers; ``check(shard, keys,
+    reply)`` judges each reply (the snapshot oracle).
+    """
+
+    def __init__(
+        self,
+        followers: dict[int, list[str]],
+        check: Callable[[int, list[str], SnapshotReply], None],
+        fraction: float = 0.1,
+    ) -> None:
+        self.followers = followers
+        self.check = check
+        self.fraction = fraction
+        self.requested = 0
+        self.answered = 0
+        self._next_id = 0
+
+    def read(self, process: SdkProcess, workload: Any, then: Callable[[], None]) -> None:
+        rng = process.sim.rng
+        keys = workload.snapshot_keys()
+        shard_of = process.protocol.partitioner.shard_of
+        shard = shard_of(rng.choice(keys))
+        keys = [key for key in keys if shard_of(key) == shard]
+        address = rng.choice(self.followers[shard])
+        self._next_id += 1
+        self.requested += 1
+        request = SnapshotRead(self._next_id, keys, [])
+
+        def done(reply: SnapshotReply | None, error: MeridianError | None) -> None:
+            if reply is not None:
+                self.answered += 1
+                self.check(shard, keys, reply)
+            then()
+
+        process.drive(process.protocol.snapshot(shard, address, request), done)

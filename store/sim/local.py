@@ -1,23 +1,43 @@
 """An in-process cluster for tests and examples: run transactions to completion, no faults.
 
-``LocalCluster`` builds shard leaders on a simulator with a fault-free network and runs
-each submitted transaction until its final outcome, so unit tests of procedures (TPC-C's,
-for example) run against exactly the code a server runs.
+``LocalCluster`` is a simulated cluster (``store.sim.cluster``: the servers' own host, RPC
+core and codecs on virtual time, a fault-free network) with one client process running the
+SDK's protocol, so unit tests of procedures (TPC-C's, for example) run against exactly the
+code a server and a client run.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from store.core.errors import ERROR_OF_STATUS, Status
+from store.client.protocol import ClientSettings, PendingTxn, Steps
+from store.core.errors import MeridianError
 from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.txn import OPS_PROCEDURE, Procedures
-from store.sim.host import ReplicaHost
+from store.sim.client import SdkProcess
+from store.sim.cluster import REGIONS, SimCluster
 from store.sim.loop import Simulator
 from store.sim.network import MS, Network
+
+CLIENT_ID = "local"
+# Virtual time a call may take before it is a bug of the test (no faults here).
+CALL_DEADLINE_NS = 30_000 * MS
+
+
+@dataclass
+class Submission:
+    """One submission started with ``LocalCluster.start``: its outcome once answered."""
+
+    outcome: Outcome | None = None
+    error: MeridianError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None or self.error is not None
 
 
 class LocalCluster:
@@ -33,45 +53,75 @@ class LocalCluster:
         self.network = Network(self.sim)
         self.partitioner = partitioner or Partitioner(shards)
         self.procedures = procedures or Procedures()
-        self.leaders = [f"leader/{s}" for s in range(shards)]
-        self.hosts = []
-        for shard in range(shards):
-            replica = ShardLeader(shard, self.leaders, self.partitioner, self.procedures, settings)
-            host = ReplicaHost(self.sim, self.network, replica)
-            self.network.add(replica.address, host)
-            self.hosts.append(host)
-            host.start()
-        self.address = "client/local"
-        self.network.add(self.address, self)
-        self._seq = 0
-        self._outcomes: dict[int, Outcome] = {}
-
-    def deliver(self, now_ns: int, src: str, message: Any) -> None:
-        if isinstance(message, Outcome) and message.status != Status.CERTIFIED:
-            self._outcomes[message.seq] = message
+        self.cluster = SimCluster(
+            self.sim, self.network, shards, self.procedures,
+            partitioner=self.partitioner, settings=settings,
+        )
+        self.leaders = self.cluster.leader_addresses
+        self.cluster.start()
+        self.client = SdkProcess(
+            self.sim, self.network, "client/local", REGIONS[0], self.leaders, self.partitioner,
+            ClientSettings(timeout_s=CALL_DEADLINE_NS / 1e9), self.cluster.rpc_settings,
+            client_id=CLIENT_ID,
+        )
+        self.protocol = self.client.protocol
 
     def preload(self, data: dict[str, Any]) -> None:
         for key, value in data.items():
-            self.hosts[self.partitioner.shard_of(key)].replica.preload(key, value)
+            self.cluster.preload(key, value)
+
+    def replica(self, shard: int) -> ShardLeader:
+        return self.cluster.leaders[shard]
+
+    def run_for(self, duration_ns: int) -> None:
+        self.sim.run_until(self.sim.now_ns + duration_ns)
+
+    def call(self, steps: Steps[Any]) -> Any:
+        """Drives one SDK call to its end on virtual time; its result, or its typed error."""
+        done: list[tuple[Any, MeridianError | None]] = []
+        self.client.drive(steps, lambda result, error: done.append((result, error)))
+        deadline = self.sim.now_ns + CALL_DEADLINE_NS
+        while not done:
+            assert self.sim.now_ns < deadline, "the call did not finish"
+            self.sim.run_until(self.sim.now_ns + 1 * MS)
+        result, error = done[0]
+        if error is not None:
+            raise error
+        return result
+
+    def start(self, procedure: str, *args: Any, shard: int = 0, seq: int | None = None) -> Submission:
+        """Submits a transaction once (one id, no conflict retry) without waiting for it;
+        ``seq`` reuses a sequence number, as a client retrying after a timeout does."""
+        if seq is None:
+            pending = self.protocol.new_pending(shard, procedure, list(args))
+        else:
+            submit = Submit(CLIENT_ID, seq, procedure, list(args), True)
+            pending = PendingTxn(shard, submit, self.sim.now_ns / 1e9)
+        submission = Submission()
+
+        def done(outcome: Outcome | None, error: MeridianError | None) -> None:
+            submission.outcome = outcome
+            submission.error = error
+
+        self.client.drive(self.protocol.exchange(pending, want_certified=False), done)
+        return submission
 
     def submit(self, procedure: str, *args: Any, shard: int = 0) -> Outcome:
-        """Runs one transaction at ``shard``'s leader to its final outcome."""
-        self._seq += 1
-        seq = self._seq
-        message = Submit("local", seq, procedure, list(args), False)
-        self.network.send(self.address, self.leaders[shard], message)
-        deadline = self.sim.now_ns + 10_000 * MS
-        while seq not in self._outcomes:
+        """Runs one submission at ``shard``'s leader to its final outcome."""
+        submission = self.start(procedure, *args, shard=shard)
+        deadline = self.sim.now_ns + CALL_DEADLINE_NS
+        while not submission.done:
             assert self.sim.now_ns < deadline, "transaction did not finish"
             self.sim.run_until(self.sim.now_ns + 1 * MS)
-        return self._outcomes.pop(seq)
+        if submission.error is not None:
+            raise submission.error
+        assert submission.outcome is not None
+        return submission.outcome
 
     def run(self, procedure: str, *args: Any, shard: int = 0) -> Any:
-        """Runs a procedure; its result when committed, else raises the typed error."""
-        outcome = self.submit(procedure, *args, shard=shard)
-        if outcome.status == Status.COMMITTED:
-            return outcome.result
-        raise ERROR_OF_STATUS[Status(outcome.status)](outcome.detail)
+        """Runs a procedure as the SDK's ``run`` does (conflicts retried); its result when
+        committed, else its typed error."""
+        return self.call(self.protocol.run(shard, procedure, list(args), False, False)).result
 
     def ops(self, ops: list[list[Any]], shard: int = 0) -> list[Any]:
         result: list[Any] = self.run(OPS_PROCEDURE, ops, shard=shard)
@@ -79,6 +129,3 @@ class LocalCluster:
 
     def get(self, key: str) -> Any:
         return self.ops([["get", key]], shard=self.partitioner.shard_of(key))[0]
-
-    def replica(self, shard: int) -> ShardLeader:
-        return self.hosts[shard].replica

@@ -13,6 +13,23 @@ from collections.abc import Callable
 from typing import Any
 
 
+class Timer:
+    """A cancellable timer event."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def _fire(timer: Timer, callback: Callable[[], None]) -> None:
+    if not timer.cancelled:
+        callback()
+
+
 class Simulator:
     def __init__(self, seed: int) -> None:
         self.seed = seed
@@ -30,6 +47,16 @@ class Simulator:
 
     def after(self, delay_ns: int, action: Callable[..., Any], *args: Any) -> None:
         self.at(self.now_ns + delay_ns, action, *args)
+
+    # The timer interface of hosts (``store.node.host.Timers``), on virtual time.
+
+    def clock_ns(self) -> int:
+        return self.now_ns
+
+    def call_at(self, when_ns: int, callback: Callable[[], None]) -> Timer:
+        timer = Timer()
+        self.at(when_ns, _fire, timer, callback)
+        return timer
 
     def run_until(self, end_ns: int, events_max: int = 50_000_000) -> None:
         queue = self._queue

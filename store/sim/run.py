@@ -1,40 +1,45 @@
 """Running simulated clusters: one seed, or many, each history checked.
 
-``run_seed`` builds a cluster of shard leaders and clients on a fresh simulator, runs the
-workload under the requested faults, lets the system settle with the faults healed, and
-checks what happened:
+``run_seed`` builds a cluster of server processes (``store.sim.cluster``: production's host,
+RPC core and codecs on virtual time) and client processes running the SDK's own logic
+(``store.sim.client``), runs the workload under the requested faults, stops the nemesis,
+lets the system settle with the faults healed — until it is quiet, within ``settle_ms`` —
+and checks what happened:
 
 * the history, with the list-append (Elle-style) or the bank checker;
-* the vector-clock dominance invariant of DESIGN.md §3, on every certification;
-* that no lock is left held once the load has stopped (every abort path releases what it
-  took).
+* the oracles of ``store.sim.oracles``: clock dominance at every certification, dependency
+  closure at every vector watermark any replica held, every follower snapshot read during
+  the run, and with followers the durability of every COMMITTED a client heard and the
+  convergence of every follower with its leader;
+* that no lock is left held, every client got its answer, and no server stopped on a
+  broken invariant.
 
-A failing seed is reported with the command that replays it exactly.
+A failing seed is reported with the command that replays it exactly (every option).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from jepsen.checkers.bank import check_bank
 from jepsen.history import write_history
-from store.core.follower import ShardFollower
+from store.client.protocol import ClientSettings, TxnResult
 from store.core.partition import Partitioner
-from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import Procedures
-from store.core.vclock import VectorClock
-from store.sim.client import History, SimClient
-from store.sim.geo import REGIONS, DurabilityOracle, divergence, follower_address
-from store.sim.host import ReplicaHost
+from store.sim.client import History, SdkProcess, SnapshotReads, WorkloadClient
+from store.sim.cluster import REGIONS, SimCluster
 from store.sim.loop import Simulator
-from store.sim.network import MS, Faults, Link, Network
-from store.sim.workloads import WORKLOADS, Bank, register_bank
+from store.sim.network import MS, Faults, Network
+from store.sim.oracles import DurabilityOracle, Recorder, divergence
+from store.sim.workloads import Bank, ListAppend, register_bank
 
 BREAKABLE_STEPS = ("validation", "locking")
+# How often the settle phase looks whether the cluster has gone quiet.
+SETTLE_CHECK_NS = 50 * MS
 
 
 @dataclass
@@ -52,11 +57,24 @@ class SimOptions:
     speculation: bool = True
     regions: int = 1  # 1: leaders only; 3: a follower of every shard in two more regions
     wan_rtt_ms: float = 50.0
+    scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
+    snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
 
     def faults(self) -> Faults:
         duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
         reorder = self.reorder if self.reorder is not None else 0.05
         return Faults(loss=self.loss, duplicate=duplicate, reorder=reorder)
+
+
+# The command-line flag of every option: ``replay_command`` writes them all.
+OPTION_FLAGS = {
+    "shards": "--shards", "clients": "--clients", "workload": "--workload", "loss": "--loss",
+    "duplicate": "--duplicate", "reorder": "--reorder", "duration_ms": "--duration-ms",
+    "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
+    "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
+    "scan_fraction": "--scan-fraction", "snapshot_fraction": "--snapshot-fraction",
+}
+assert set(OPTION_FLAGS) == {f.name for f in fields(SimOptions)}, "a SimOptions field has no flag"
 
 
 @dataclass
@@ -71,28 +89,12 @@ class SeedResult:
     anomaly_kinds: list[str]
     details: dict[str, Any] = field(default_factory=dict)
     history_path: str | None = None
+    snapshot_reads: int = 0
+    settled_ms: int = 0
 
     @property
     def valid(self) -> bool:
         return self.anomalies == 0
-
-
-class _DominanceCheck:
-    """Checks vc(T) >= vc(W) for every version W that T read (Mako §4.2), as it happens;
-    entries T's sparse clock dropped as durable count (``full``)."""
-
-    def __init__(self) -> None:
-        self.clocks: dict[int, VectorClock] = {}
-        self.violations: list[str] = []
-
-    def __call__(
-        self, txn_id: int, vc: VectorClock, full: VectorClock, read_from: list[int]
-    ) -> None:
-        for writer in read_from:
-            writer_vc = self.clocks.get(writer)
-            if writer_vc is not None and not writer_vc <= full:
-                self.violations.append(f"txn {txn_id} {full} read from {writer} {writer_vc}")
-        self.clocks[txn_id] = vc
 
 
 def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> SeedResult:
@@ -103,69 +105,89 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     partitioner = Partitioner(options.shards)
     procedures = Procedures()
     register_bank(procedures)
-    leaders = [f"leader/{s}" for s in range(options.shards)]
     breaks = frozenset({options.break_step}) if options.break_step else frozenset()
-    dominance = _DominanceCheck()
-    hosts = []
+    recorder = Recorder(partitioner.shard_of)
     regions = REGIONS[: options.regions]
-    follower_regions = regions[1:]
-    followers: dict[int, list[ShardFollower]] = {s: [] for s in range(options.shards)}
-    for shard in range(options.shards):
-        replica = ShardLeader(
-            shard, leaders, partitioner, procedures,
-            DEFAULT_SETTINGS.with_overrides(speculation=options.speculation),
-            breaks=breaks, observer=dominance,
-            followers=[follower_address(region, shard) for region in follower_regions],
-        )
-        host = ReplicaHost(sim, network, replica)
-        network.add(replica.address, host, regions[0])
-        hosts.append(host)
-        for region in follower_regions:
-            follower = ShardFollower(shard, follower_address(region, shard))
-            followers[shard].append(follower)
-            follower_host = ReplicaHost(sim, network, follower)  # type: ignore[arg-type]
-            network.add(follower.address, follower_host, region)
-            hosts.append(follower_host)
-    one_way_ns = int(options.wan_rtt_ms * MS / 2)
-    for i, a in enumerate(regions):
-        for b in regions[i + 1 :]:
-            network.set_link(a, b, Link(latency_ns=one_way_ns, jitter_ns=max(1, one_way_ns // 10)))
-    leader_replicas = [host.replica for host in hosts if isinstance(host.replica, ShardLeader)]
-    oracle = DurabilityOracle(leader_replicas, followers) if follower_regions else None
+    cluster = SimCluster(
+        sim, network, options.shards, procedures,
+        partitioner=partitioner,
+        settings=DEFAULT_SETTINGS.with_overrides(speculation=options.speculation),
+        regions=regions, wan_rtt_ms=options.wan_rtt_ms, breaks=breaks, probe=recorder,
+    )
+    with_followers = options.regions > 1
+    oracle = DurabilityOracle(cluster.leaders, cluster.followers) if with_followers else None
 
-    workload = WORKLOADS[options.workload](sim.rng)
-    if isinstance(workload, Bank):
+    workload: Any
+    if options.workload == "bank":
+        workload = Bank(sim.rng)
         for key, balance in workload.initial_data().items():
-            leader_replicas[partitioner.shard_of(key)].preload(key, balance)
-            for follower in followers[partitioner.shard_of(key)]:
-                follower.store.install(key, balance, False, VectorClock(), 0, 0)
+            cluster.preload(key, balance)
+            recorder.preload(key, balance)
+    elif options.workload == "list-append":
+        workload = ListAppend(sim.rng, scan_fraction=options.scan_fraction)
+    else:
+        raise ValueError(f"no workload {options.workload!r}")
+
+    snapshots = None
+    if with_followers and options.snapshot_fraction > 0:
+        def check_snapshot(shard: int, keys: list[str], reply: Any) -> None:
+            recorder.check_snapshot(shard, keys, reply)
+            if oracle is not None:
+                oracle.check(f"a snapshot of shard {shard}", reply.vw)
+
+        snapshots = SnapshotReads(
+            {s: [f.address for f in fs] for s, fs in cluster.followers.items()},
+            check_snapshot, options.snapshot_fraction,
+        )
+
+    def committed(label: str, result: TxnResult) -> None:
+        if oracle is not None:
+            oracle.check(f"{label} committed", result.vc)
 
     history = History()
     stop_at = options.duration_ms * MS
     clients = [
-        SimClient(
-            sim, network, history, i, options.clients, workload, partitioner, leaders, stop_at,
-            on_committed=oracle.check if oracle is not None else None,
+        WorkloadClient(
+            SdkProcess(
+                sim, network, f"client/{i}", regions[0], cluster.leader_addresses, partitioner,
+                ClientSettings(), cluster.rpc_settings,
+            ),
+            history, i, options.clients, workload, stop_at, committed, snapshots,
         )
         for i in range(options.clients)
     ]
-    for host in hosts:
-        host.start()
+    cluster.start()
     for client in clients:
         client.start()
+    nemesis = None
     if options.partitions:
-        if follower_regions:
-            _schedule_region_partitions(sim, network, list(regions), stop_at)
-        else:
-            _schedule_partitions(sim, network, leaders, stop_at)
+        nemesis = PartitionNemesis(sim, network, cluster, with_followers, stop_at)
+        nemesis.start()
 
     sim.run_until(stop_at)
+    while nemesis is not None and network.is_partitioned():
+        sim.run_until(sim.now_ns + SETTLE_CHECK_NS)  # the last partition runs its course
     network.heal()
     network.faults = Faults()
-    sim.run_until(stop_at + options.settle_ms * MS)
+    healed_at = sim.now_ns
+    settle_end = healed_at + options.settle_ms * MS
+
+    def quiet() -> bool:
+        if any(client.busy() for client in clients) or cluster.locks_held():
+            return False
+        return not (with_followers and divergence(cluster.leaders, cluster.followers))
+
+    while sim.now_ns < settle_end and not quiet():
+        sim.run_until(min(settle_end, sim.now_ns + SETTLE_CHECK_NS))
 
     kinds: dict[str, int] = {}
     details: dict[str, Any] = {}
+
+    def found(kind: str, problems: list[str]) -> None:
+        if problems:
+            kinds[kind] = len(problems)
+            details[kind] = problems[:3]
+
     if options.workload == "bank":
         assert isinstance(workload, Bank)
         verdict = check_bank(history.ops, total=workload.total)
@@ -181,23 +203,18 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             for kind in verdict["anomaly_types"]:
                 kinds[kind] = kinds.get(kind, 0) + verdict["anomaly_counts"][kind]
             details["not"] = sorted(verdict.get("not", []))
-    if dominance.violations:
-        kinds["vc-dominance"] = len(dominance.violations)
-        details["vc-dominance"] = dominance.violations[:3]
+    found("vc-dominance", recorder.dominance)
+    found("dependency-uncovered", recorder.uncovered_dependencies())
+    found("dependency-closure", recorder.closure_violations())
+    found("snapshot-mismatch", recorder.snapshots)
     if oracle is not None:
-        if oracle.violations:
-            kinds["committed-before-durable"] = len(oracle.violations)
-            details["committed-before-durable"] = oracle.violations[:3]
-        diverged = divergence(leader_replicas, followers)
-        if diverged:
-            kinds["follower-diverged"] = len(diverged)
-            details["follower-diverged"] = diverged[:3]
-    leaked = sum(replica.store.locked_count() for replica in leader_replicas)
+        found("committed-before-durable", oracle.violations)
+        found("follower-diverged", divergence(cluster.leaders, cluster.followers))
+    found("invariant-broken", [f"{address}: {text}" for address, _, text in cluster.fatal])
+    leaked = cluster.locks_held()
     if leaked:
         kinds["leaked-locks"] = leaked
-    stuck = [c.address for c in clients if c.current is not None]
-    if stuck:
-        kinds["client-never-answered"] = len(stuck)
+    found("client-never-answered", [c.process.address for c in clients if c.busy()])
 
     history_path = None
     if out_dir is not None:
@@ -218,47 +235,56 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         anomaly_kinds=sorted(kinds),
         details=details,
         history_path=history_path,
+        snapshot_reads=recorder.snapshots_checked,
+        settled_ms=(sim.now_ns - healed_at) // MS,
     )
 
 
-def _schedule_partitions(sim: Simulator, network: Network, leaders: list[str], stop_at: int) -> None:
-    """A nemesis: now and then cut one leader off from the others for a while, then heal."""
+class PartitionNemesis:
+    """Now and then cuts one leader (one region, with followers) off from everything else,
+    then heals. Most partitions are short; about one in four outlasts the coordinators'
+    retry budget (``peer_attempts_max`` tries, ``peer_retry_ns`` apart), so that a
+    coordinator gives up on an unreachable participant before it decides, and retries its
+    installs for as long as it takes after. It strikes only while the load runs; a
+    partition still on when the load stops runs its course."""
 
-    def strike() -> None:
-        if sim.now_ns >= stop_at:
+    def __init__(
+        self, sim: Simulator, network: Network, cluster: SimCluster, by_region: bool, stop_at: int
+    ) -> None:
+        self.sim = sim
+        self.network = network
+        self.cluster = cluster
+        self.by_region = by_region
+        self.stop_at = stop_at
+        settings = cluster.settings
+        self.retry_budget_ns = settings.peer_attempts_max * settings.peer_retry_ns
+        self.strikes = 0
+        self.long_strikes = 0
+
+    def start(self) -> None:
+        self.sim.after(self.sim.rng.randrange(20 * MS, 100 * MS), self._strike)
+
+    def _strike(self) -> None:
+        sim, network = self.sim, self.network
+        if sim.now_ns >= self.stop_at:
             return
-        victim = sim.rng.choice(leaders)
-        network.partition([victim], [a for a in network.addresses() if a != victim])
-        sim.after(sim.rng.randrange(20 * MS, 120 * MS), heal)
-
-    def heal() -> None:
-        network.heal()
-        sim.after(sim.rng.randrange(50 * MS, 200 * MS), strike)
-
-    sim.after(sim.rng.randrange(20 * MS, 100 * MS), strike)
-
-
-def _schedule_region_partitions(
-    sim: Simulator, network: Network, regions: list[str], stop_at: int
-) -> None:
-    """A nemesis: now and then cut one region (or the leaders' region) off, then heal."""
-
-    def members(region: str) -> list[str]:
-        return [a for a in network.addresses() if network.region_of(a) == region]
-
-    def strike() -> None:
-        if sim.now_ns >= stop_at:
-            return
-        victim = sim.rng.choice(regions)
-        inside = members(victim)
+        if self.by_region:
+            region = sim.rng.choice(self.cluster.regions)
+            inside = [a for a in network.addresses() if network.region_of(a) == region]
+        else:
+            inside = [sim.rng.choice(self.cluster.leader_addresses)]
         network.partition(inside, [a for a in network.addresses() if a not in inside])
-        sim.after(sim.rng.randrange(50 * MS, 300 * MS), heal)
+        self.strikes += 1
+        if sim.rng.random() < 0.25:
+            self.long_strikes += 1
+            lasts = sim.rng.randrange(self.retry_budget_ns + 100 * MS, 2 * self.retry_budget_ns)
+        else:
+            lasts = sim.rng.randrange(20 * MS, 300 * MS)
+        sim.after(lasts, self._heal)
 
-    def heal() -> None:
-        network.heal()
-        sim.after(sim.rng.randrange(100 * MS, 400 * MS), strike)
-
-    sim.after(sim.rng.randrange(50 * MS, 200 * MS), strike)
+    def _heal(self) -> None:
+        self.network.heal()
+        self.sim.after(self.sim.rng.randrange(50 * MS, 300 * MS), self._strike)
 
 
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
@@ -287,6 +313,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "transactions_failed": sum(r.failed for r in results),
         "transactions_indeterminate": sum(r.indeterminate for r in results),
         "cross_shard_fraction": round(sum(r.cross_shard for r in results) / max(transactions, 1), 4),
+        "snapshot_reads_checked": sum(r.snapshot_reads for r in results),
         "anomalies": sum(r.anomalies for r in results),
         "anomaly_kinds": sorted(kinds),
         "seeds_with_anomalies": {kind: count for kind, count in sorted(kinds.items())},
@@ -298,19 +325,21 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
     return summary
 
 
-def replay_command(seed: int, options: SimOptions) -> str:
-    parts = [
-        "meridian sim", f"--seed {seed}", f"--shards {options.shards}",
-        f"--workload {options.workload}", f"--loss {options.loss}", f"--clients {options.clients}",
-    ]
-    if options.partitions:
-        parts.append("--partitions")
-    if not options.speculation:
-        parts.append("--no-speculation")
-    if options.regions != 1:
-        parts.append(f"--regions {options.regions}")
-    if options.break_step:
-        parts.append(f"--break {options.break_step}")
+def replay_command(seed: int, options: SimOptions, out_dir: str | None = None) -> str:
+    """The command that replays ``seed`` exactly: every option is written out."""
+    parts = ["meridian sim", f"--seed {seed}"]
+    for name, flag in OPTION_FLAGS.items():
+        value = getattr(options, name)
+        if name == "partitions":
+            if value:
+                parts.append(flag)
+        elif name == "speculation":
+            if not value:
+                parts.append(flag)
+        elif value is not None:
+            parts.append(f"{flag} {value}")
+    if out_dir is not None:
+        parts.append(f"--out {out_dir}")
     return " ".join(parts)
 
 

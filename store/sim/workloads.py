@@ -28,11 +28,19 @@ class Operation:
 
 
 def list_append_key(k: int) -> str:
-    return f"la/{k}"
+    # Zero-padded, so that key order is number order and a range of keys is a range of k.
+    return f"la/{k:06d}"
 
 
 class ListAppend:
-    """Transactions of 1..max_ops micro-operations: append a unique value, or read a list."""
+    """Transactions of 1..max_ops micro-operations: append a unique value, read a list, or
+    (with ``scan_fraction``) scan a range of keys.
+
+    A scan's result enters the history as a read of every key of its range that the
+    workload has ever handed out — absent keys read as empty lists — up to the last key
+    returned when the scan was cut short by its limit, so the list-append checker sees
+    phantoms: a key inserted into a scanned range is a read the scan must agree with.
+    """
 
     name = "list-append"
 
@@ -43,11 +51,15 @@ class ListAppend:
         max_ops: int = 4,
         appends_per_key_max: int = 24,
         read_fraction: float = 0.5,
+        scan_fraction: float = 0.0,
+        scan_span_max: int = 5,
     ) -> None:
         self.rng = rng
         self.max_ops = max_ops
         self.appends_per_key_max = appends_per_key_max
         self.read_fraction = read_fraction
+        self.scan_fraction = scan_fraction
+        self.scan_span_max = scan_span_max
         self.active = list(range(active_keys))
         self.next_key = active_keys
         self.appends: dict[int, int] = {}
@@ -57,17 +69,28 @@ class ListAppend:
         rng = self.rng
         micro: list[list[Any]] = []
         ops: list[list[Any]] = []
+        keys: list[str] = []
         for _ in range(rng.randint(1, self.max_ops)):
             slot = rng.randrange(len(self.active))
             k = self.active[slot]
-            if rng.random() < self.read_fraction:
+            roll = rng.random()
+            if roll < self.scan_fraction:
+                lo = max(0, k - rng.randrange(self.scan_span_max))
+                hi = lo + rng.randint(2, self.scan_span_max)
+                limit = rng.randint(1, hi - lo)  # often short of the range: cut by its limit
+                micro.append(["scan", lo, hi, limit])
+                ops.append(["scan", list_append_key(lo), list_append_key(hi), limit])
+                keys.append(list_append_key(lo))
+            elif roll < self.scan_fraction + (1 - self.scan_fraction) * self.read_fraction:
                 micro.append(["r", k, None])
                 ops.append(["get", list_append_key(k)])
+                keys.append(list_append_key(k))
             else:
                 value = self.next_value
                 self.next_value += 1
                 micro.append(["append", k, value])
                 ops.append(["append", list_append_key(k), value])
+                keys.append(list_append_key(k))
                 self.appends[k] = self.appends.get(k, 0) + 1
                 if self.appends[k] >= self.appends_per_key_max:
                     self.active[slot] = self.next_key
@@ -75,15 +98,37 @@ class ListAppend:
 
         def complete(results: Any) -> Any:
             done = []
-            for (f, k, v), result in zip(micro, results, strict=True):
-                if f == "r":
-                    done.append(["r", k, list(result) if result is not None else []])
+            for mop, result in zip(micro, results, strict=True):
+                if mop[0] == "scan":
+                    done.extend(self._scan_reads(mop, result))
+                elif mop[0] == "r":
+                    done.append(["r", mop[1], list(result) if result is not None else []])
                 else:
-                    done.append([f, k, v])
+                    done.append(mop)
             return done
 
-        keys = [op[1] for op in ops]
-        return Operation(OPS_PROCEDURE, [ops], "txn", micro, complete, keys)
+        return Operation(OPS_PROCEDURE, [ops], "txn", self._invoked(micro), complete, keys)
+
+    def _invoked(self, micro: list[list[Any]]) -> list[list[Any]]:
+        """The invocation's value: a scan is a read of every key of its range handed out."""
+        value = []
+        for mop in micro:
+            if mop[0] == "scan":
+                value.extend(["r", k, None] for k in range(mop[1], min(mop[2], self.next_key)))
+            else:
+                value.append(mop)
+        return value
+
+    def _scan_reads(self, mop: list[Any], found: list[Any]) -> list[list[Any]]:
+        _, lo, hi, limit = mop
+        seen = {int(key.split("/", 1)[1]): list(value) for key, value in found}
+        if len(found) >= limit:  # cut short: nothing is known past the last key returned
+            hi = int(found[-1][0].split("/", 1)[1]) + 1
+        return [["r", k, seen.get(k, [])] for k in range(lo, min(hi, self.next_key))]
+
+    def snapshot_keys(self) -> list[str]:
+        """Keys worth a follower snapshot read: the active ones."""
+        return [list_append_key(k) for k in self.active]
 
 
 def bank_key(account: int) -> str:
@@ -121,6 +166,9 @@ class Bank:
         self.accounts = accounts
         self.total = total
         self.read_fraction = read_fraction
+
+    def snapshot_keys(self) -> list[str]:
+        return [bank_key(a) for a in range(self.accounts)]
 
     def initial_data(self) -> dict[str, int]:
         base, extra = divmod(self.total, self.accounts)

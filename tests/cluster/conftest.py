@@ -16,14 +16,19 @@ from tests.conftest import REPO
 _ports = itertools.count(17000 + (os.getpid() % 200) * 20, 10)
 
 
-def write_cluster_file(directory: Path, shards: int = 2, **settings: int) -> Path:
+PROCEDURES = ["store.sim.workloads:register_bank", "tests.cluster.procedures:register"]
+
+
+def write_cluster_file(
+    directory: Path, shards: int = 2, procedures: list[str] = PROCEDURES, **settings: int
+) -> Path:
     base = next(_ports)
     lines = [
         "[cluster]",
         'name = "test"',
         f'run_dir = "{directory / "run"}"',
         f'python_path = ["{REPO}"]',
-        'procedures = ["store.sim.workloads:register_bank", "tests.cluster.procedures:register"]',
+        "procedures = [" + ", ".join(f'"{p}"' for p in procedures) + "]",
         "[settings]",
         "peer_retry_ns = 200_000_000",
         "peer_attempts_max = 10",

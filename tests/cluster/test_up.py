@@ -67,3 +67,45 @@ def test_servers_exit_when_up_is_killed(tmp_path: Path) -> None:
     while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
         time.sleep(0.1)
     assert [pid for pid in pids if pid_alive(pid)] == []
+
+
+def test_a_broken_invariant_stops_the_server_and_up_reports_it(tmp_path: Path) -> None:
+    """Fail fast (TigerBeetle): an assertion inside a replica ends its process with status 70
+    and the assertion in its log; ``meridian up`` sees it, says which process and why, stops
+    the rest and exits non-zero."""
+    from store.client import BlockingClient
+    from store.config import load
+    from store.core.errors import MeridianError
+    from tests.cluster.conftest import PROCEDURES
+    from tests.cluster.procedures import TRIPWIRE_KEY
+
+    path = write_cluster_file(
+        tmp_path, procedures=[*PROCEDURES, "tests.cluster.procedures:register_tripwire"]
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "store.cli", "up", "--config", str(path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert up.stdout is not None
+    output = ""
+    while "ready" not in output:
+        line = up.stdout.readline()
+        assert line, output
+        output += line
+    pids = [int(pid) for pid in re.findall(r"pid (\d+)", output)]
+    config = load(path)
+    shard = config.partitioner().shard_of(TRIPWIRE_KEY)
+    with BlockingClient.connect(path, timeout_s=2.0) as client:
+        client.put("fine/1", 1)  # the tripwire lets everything else through
+        with pytest.raises(MeridianError):
+            client.put(TRIPWIRE_KEY, 1)
+    rest, _ = up.communicate(timeout=30)
+    assert up.returncode == 1, rest
+    assert f"shard-{shard} exited with 70" in rest, rest
+    assert "tripwire: an invariant broken on purpose" in rest, rest
+    log = (config.run_dir / f"shard-{shard}.log").read_text()
+    assert "invariant broken" in log and "AssertionError" in log
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    assert [pid for pid in pids if pid_alive(pid)] == []

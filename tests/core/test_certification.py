@@ -15,7 +15,6 @@ from store.core.errors import (
     UnknownProcedure,
     UserAborted,
 )
-from store.core.messages import Submit
 from store.core.txn import Procedures, Tx
 from store.core.vclock import VectorClock
 from store.sim.local import LocalCluster
@@ -80,8 +79,8 @@ def test_clocks_cover_write_write_and_read_write_dependencies() -> None:
     leader0.participant.abort(434343)
     # A writer of a (and b) must now dominate the stamp. It cannot commit (shard 1 will not
     # reach 10**6), but its installed versions carry the clock.
-    cluster.network.send(cluster.address, "leader/0", Submit("local", 77, "", [[["put", a, 1], ["put", b, 1]]], False))
-    cluster.sim.run_until(cluster.sim.now_ns + 50_000_000)
+    cluster.start("", [["put", a, 1], ["put", b, 1]], shard=0)
+    cluster.run_for(50_000_000)
     written = leader0.store.latest(a)
     assert written is not None and written.vc[1] == 10**6 and written.vc[0] >= 1
     # write-write: the next writer of b dominates the version it overwrites.
@@ -104,8 +103,9 @@ def test_a_retried_submission_returns_the_first_outcome_and_runs_once() -> None:
     first = cluster.submit("", [["increment", "t/n", 1]])
     leader = cluster.replica(0)
     # The same client id and sequence number again, as a client retrying after a timeout.
-    cluster.network.send(cluster.address, "leader/0", Submit("local", first.seq, "", [[["increment", "t/n", 1]]], False))
-    cluster.sim.run_until(cluster.sim.now_ns + 10_000_000)
+    retry = cluster.start("", [["increment", "t/n", 1]], seq=first.seq)
+    cluster.run_for(10_000_000)
+    assert retry.outcome == first
     assert cluster.get("t/n") == 1
     assert leader.coordinator.counters["committed"] == 2  # the retry ran nothing new
 
@@ -136,10 +136,11 @@ def test_stale_read_fails_validation() -> None:
         tx.put(a, value + 1)
 
     procedures.register("read_then_write", read_then_write)
-    cluster.network.send(cluster.address, "leader/0", Submit("local", 100, "read_then_write", [], False))
-    cluster.network.send(cluster.address, "leader/1", Submit("local", 101, "", [[["put", b, 5]]], False))
-    cluster.sim.run_until(cluster.sim.now_ns + 50_000_000)
-    outcomes = {seq: o.status for seq, o in cluster._outcomes.items()}
+    reader = cluster.start("read_then_write", shard=0)
+    writer = cluster.start("", [["put", b, 5]], shard=1)
+    cluster.run_for(50_000_000)
+    assert reader.outcome is not None and writer.outcome is not None
+    outcomes = {100: reader.outcome.status, 101: writer.outcome.status}
     assert outcomes[101] == Status.COMMITTED
     # Either the reader ran first (and saw 0) or it was aborted; never a write based on a
     # read that another committed transaction had already overwritten when it certified.

@@ -129,7 +129,7 @@ class Host:
             data = encoded.get(id(message))
             if data is None:
                 data = encoded[id(message)] = encode(message)
-            self.run.network.send(self.region, dst, data)
+            self.run.network.send_stream(self.region, dst, data)
         for slot, entry in ready.chosen:
             assert slot == len(self.log.entries), f"{self.region}: slot {slot} out of order"
             oracle = self.run.oracle.chosen.get(slot)
@@ -181,7 +181,8 @@ class Run:
             else:
                 role = StreamFollower(STREAM, self.settings, acceptor=acceptor)
             self.hosts[region] = Host(self, region, role)
-            self.network.add(region, self.hosts[region], region)
+            self.network.add(region, region)
+            self.network.listen(region, self.hosts[region])
         self.leader_region = "us"
         self.counter = 0
         self.appended: dict[str, list[int]] = {}  # leader region -> counters appended

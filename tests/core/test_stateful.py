@@ -5,7 +5,8 @@ flight, and each step submits a transaction, delivers, duplicates or drops any m
 the pool, or advances time. After every step the invariants of DESIGN.md §3 must hold:
 
 * dominance: a certified transaction's vector clock dominates the clock of every version
-  it read (Mako §4.2);
+  it read (Mako §4.2), and at the end, of every transaction it depends on in any way, with
+  the set under every watermark closed under dependency (``store.sim.oracles``);
 * every lock in every store is owned by a transaction that its participant still holds;
 * a key's committed versions have strictly increasing clocks on the key's own shard.
 """
@@ -24,7 +25,7 @@ from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.settings import MS
 from store.core.txn import Procedures
-from store.core.vclock import VectorClock
+from store.sim.oracles import Recorder
 
 SHARDS = 3
 KEYS = [f"k/{i}" for i in range(6)]
@@ -43,11 +44,10 @@ class CertificationMachine(RuleBasedStateMachine):
         self.now = 0
         self.leaders_addresses = [f"leader/{s}" for s in range(SHARDS)]
         self.partitioner = Partitioner(SHARDS)
-        self.clocks: dict[int, VectorClock] = {}
-        self.violations: list[str] = []
+        self.recorder = Recorder(self.partitioner.shard_of)
         self.leaders = [
             ShardLeader(
-                s, self.leaders_addresses, self.partitioner, Procedures(), observer=self.observe
+                s, self.leaders_addresses, self.partitioner, Procedures(), probe=self.recorder
             )
             for s in range(SHARDS)
         ]
@@ -55,15 +55,6 @@ class CertificationMachine(RuleBasedStateMachine):
         self.pool: list[tuple[str, str, Message]] = []
         self.outcomes: list[Outcome] = []
         self.seq = 0
-
-    def observe(
-        self, txn_id: int, vc: VectorClock, full: VectorClock, read_from: list[int]
-    ) -> None:
-        for writer in read_from:
-            writer_vc = self.clocks.get(writer)
-            if writer_vc is not None and not writer_vc <= full:
-                self.violations.append(f"{txn_id} {vc} read from {writer} {writer_vc}")
-        self.clocks[txn_id] = vc
 
     def collect(self, leader: ShardLeader) -> None:
         for dst, message in leader.ready().messages:
@@ -106,7 +97,8 @@ class CertificationMachine(RuleBasedStateMachine):
 
     @invariant()
     def clocks_dominate_what_was_read(self) -> None:
-        assert not getattr(self, "violations", [])
+        recorder = getattr(self, "recorder", None)
+        assert recorder is None or not recorder.dominance
 
     @invariant()
     def every_lock_is_held_by_a_live_participant_transaction(self) -> None:
@@ -141,7 +133,9 @@ class CertificationMachine(RuleBasedStateMachine):
         for leader in self.leaders:
             assert leader.store.locked_count() == 0
         assert all(Status(o.status) in Status for o in self.outcomes)
-        assert not self.violations
+        assert not self.recorder.dominance
+        assert not self.recorder.uncovered_dependencies()
+        assert not self.recorder.closure_violations()
 
 
 CertificationMachine.TestCase.settings = settings(

@@ -1,0 +1,342 @@
+"""The SDK's transaction logic without I/O: what the client decides, once, for every driver.
+
+Theory of operation (after h11 and aioquic: the protocol is a plain object, I/O is an
+adapter). Every client call is a *generator of effects*. It yields what it needs done —
+
+* ``Connect(address, timeout_s)``: make sure a live session to ``address`` exists, opening
+  one if not; the driver sends back None, or throws the ``RpcError`` it got;
+* ``Call(address, req_type, payload, timeout_s)``: one request on that session; the driver
+  sends back the response bytes, or throws the ``RpcError`` (``RequestTimeout`` when
+  ``timeout_s`` passed, a ``SessionError`` when the session died);
+* ``ForgetSession(address)``: that session is dead; the next ``Connect`` opens a new one;
+* ``Sleep(seconds)``: wait (backoff);
+
+and returns the call's result or raises a typed error (``store.core.errors``). Two drivers
+carry the effects out: the asyncio client (``store/client/client.py``) on UDP sockets, and
+the simulator (``store/sim/client.py``) on virtual time under loss, duplication and
+partitions. So the attempts, the conflict retries under new ids, the resends under the same
+id, the session reopening, the deadlines and the meaning of every outcome are tested under
+faults exactly as the SDK runs them.
+
+Time and chance are arguments: ``clock()`` returns seconds on a monotonic scale, ``rng`` is
+a ``random.Random`` (seeded in the simulator).
+
+The rules, in one place:
+
+* A transaction id is ``(client_id, seq)``. ``run`` draws a new ``seq`` per *attempt*: an
+  ``Aborted`` (conflict) attempt is retried under a new id with exponential backoff, up to
+  ``retries_max`` times. Nothing else is retried under a new id.
+* Within an attempt the same ``Submit`` is sent again (same id) after a lost request or
+  answer, a timed-out call or a dead session, until ``timeout_s`` after the attempt began;
+  the coordinator's exactly-once table makes that safe. Errors that are not timeouts back
+  off before the next send, so a failing session can never spin.
+* If nothing could be sent at all (the leader unreachable from the start), the answer is
+  ``Unavailable``: the transaction did not run. Once anything was sent, a missing answer is
+  ``OutcomeUnknown``, carrying a ``PendingTxn`` that ``resume`` asks for again (same id).
+* A caller who wants the committed result does not ask for the certified one (it would cost
+  a second request); ``run_speculative`` and ``run_detailed`` ask for both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Generator, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from store import wire
+from store.core import codec
+from store.core.errors import (
+    ERROR_OF_STATUS,
+    Aborted,
+    InvalidRequest,
+    OutcomeUnknown,
+    Status,
+    Unavailable,
+)
+from store.core.follower import SnapshotRead, SnapshotReply
+from store.core.messages import Outcome, Submit
+from store.core.partition import Partitioner
+from store.core.vclock import VectorClock
+from store.rpc.errors import RequestTimeout, RpcError, SessionError
+
+Address = Hashable
+T = TypeVar("T")
+
+
+# ---- effects -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Make sure a live session to ``address`` exists; result None, or the RpcError thrown."""
+
+    address: Address
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request on the session to ``address``; result: the response bytes."""
+
+    address: Address
+    req_type: int
+    payload: bytes
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetSession:
+    """The session to ``address`` is dead: drop it, so that the next Connect opens anew."""
+
+    address: Address
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Effect = Connect | Call | ForgetSession | Sleep
+Steps = Generator[Effect, Any, T]
+
+
+# ---- results and settings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    timeout_s: float = 5.0  # per transaction attempt, all its resends included
+    attempt_timeout_s: float = 1.0  # one request before it is sent again (same id)
+    retries_max: int = 20  # conflict retries of run()
+    backoff_initial_s: float = 0.001
+    backoff_max_s: float = 0.1
+    in_flight_max: int = 256  # transactions this client has outstanding at once
+    connect_timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    """What a transaction returned and when: ``certified_s`` and ``committed_s`` are seconds
+    from submission (``committed_s`` is None for a speculative answer)."""
+
+    result: Any
+    status: str  # "committed" or "certified"
+    vc: VectorClock
+    certified_s: float
+    committed_s: float | None
+    attempts: int
+
+
+@dataclass
+class PendingTxn:
+    """A submission whose outcome is not known; ``resume`` asks for it again."""
+
+    shard: int
+    submit: Submit
+    started: float
+
+
+class ClientProtocol:
+    """The client's side of the wire protocol for one client id (see the module doc)."""
+
+    def __init__(
+        self,
+        client_id: str,
+        leaders: Sequence[Address],
+        partitioner: Partitioner,
+        settings: ClientSettings,
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.client_id = client_id
+        self.leaders = list(leaders)
+        self.partitioner = partitioner
+        self.settings = settings
+        self.clock = clock
+        self.rng = rng
+        self._seq = itertools.count(1)
+        self._round_robin = itertools.count()
+
+    # ---- routing -------------------------------------------------------------------------
+
+    def shard_for(self, route: str | int | None) -> int:
+        """The coordinator's shard: a key's shard, a shard number, or round-robin."""
+        shards = len(self.leaders)
+        if route is None:
+            return next(self._round_robin) % shards
+        if isinstance(route, int):
+            if not 0 <= route < shards:
+                raise InvalidRequest(f"no shard {route}")
+            return route
+        return self.partitioner.shard_of(route)
+
+    def new_pending(self, shard: int, procedure: str, args: list[Any]) -> PendingTxn:
+        submit = Submit(self.client_id, next(self._seq), procedure, args, True)
+        return PendingTxn(shard, submit, self.clock())
+
+    # ---- transactions --------------------------------------------------------------------
+
+    def run(
+        self, shard: int, procedure: str, args: list[Any], speculative: bool, detailed: bool
+    ) -> Steps[TxnResult]:
+        """Runs a transaction, retrying conflicts under new ids (``Client.run`` and kin)."""
+        backoff = self.settings.backoff_initial_s
+        for attempt in itertools.count(1):
+            pending = self.new_pending(shard, procedure, args)
+            try:
+                return (yield from self.attempt(pending, speculative, attempt, detailed))
+            except Aborted:
+                if attempt > self.settings.retries_max:
+                    raise
+            yield Sleep(backoff * (0.5 + self.rng.random()))
+            backoff = min(backoff * 2, self.settings.backoff_max_s)
+        raise AssertionError("unreachable")
+
+    def run_pipelined(
+        self, shard: int, procedure: str, args: list[Any]
+    ) -> Steps[tuple[TxnResult, PendingTxn | None]]:
+        """Returns at certification, with the pending transaction whose commit
+        ``await_commit`` waits for (None when the answer was already COMMITTED)."""
+        backoff = self.settings.backoff_initial_s
+        for attempt in itertools.count(1):
+            pending = self.new_pending(shard, procedure, args)
+            outcome = yield from self.exchange(pending, want_certified=True)
+            certified_s = self.clock() - pending.started
+            status = Status(outcome.status)
+            if status == Status.CERTIFIED:
+                certified = TxnResult(
+                    outcome.result, "certified", outcome.vc, certified_s, None, attempt
+                )
+                return certified, pending
+            if status == Status.COMMITTED:
+                committed = TxnResult(
+                    outcome.result, "committed", outcome.vc, certified_s, certified_s, attempt
+                )
+                return committed, None
+            if status != Status.ABORTED or attempt > self.settings.retries_max:
+                raise _error(outcome)
+            yield Sleep(backoff * (0.5 + self.rng.random()))
+            backoff = min(backoff * 2, self.settings.backoff_max_s)
+        raise AssertionError("unreachable")
+
+    def await_commit(self, pending: PendingTxn, certified: TxnResult) -> Steps[TxnResult]:
+        """Waits for the final outcome of a transaction answered CERTIFIED."""
+        outcome = yield from self.exchange(pending, want_certified=False)
+        if outcome.status != Status.COMMITTED:
+            raise _error(outcome)
+        result = certified.result if outcome.result is None else outcome.result
+        return TxnResult(
+            result, "committed", outcome.vc, certified.certified_s,
+            self.clock() - pending.started, certified.attempts,
+        )
+
+    def resume(self, pending: PendingTxn, speculative: bool) -> Steps[TxnResult]:
+        """Asks again for a transaction whose outcome was unknown (same id: never twice)."""
+        pending.started = self.clock()
+        return (yield from self.attempt(pending, speculative, 1, detailed=True))
+
+    def attempt(
+        self, pending: PendingTxn, speculative: bool, attempt: int, detailed: bool
+    ) -> Steps[TxnResult]:
+        """One transaction id to its answer: the result, or the typed error of its outcome."""
+        outcome = yield from self.exchange(pending, want_certified=speculative or detailed)
+        certified_s = self.clock() - pending.started
+        if outcome.status == Status.CERTIFIED:
+            if speculative:
+                return TxnResult(outcome.result, "certified", outcome.vc, certified_s, None, attempt)
+            result = outcome.result
+            outcome = yield from self.exchange(pending, want_certified=False)
+            if outcome.status == Status.COMMITTED and outcome.result is None:
+                outcome.result = result
+        if outcome.status == Status.COMMITTED:
+            committed_s = self.clock() - pending.started
+            return TxnResult(
+                outcome.result, "committed", outcome.vc, min(certified_s, committed_s),
+                committed_s, attempt,
+            )
+        raise _error(outcome)
+
+    def exchange(self, pending: PendingTxn, want_certified: bool) -> Steps[Outcome]:
+        """Sends the submission (again, under the same id) until an answer or the deadline."""
+        settings = self.settings
+        deadline = pending.started + settings.timeout_s
+        original = pending.submit
+        submit = Submit(
+            original.client_id, original.seq, original.procedure, original.args, want_certified
+        )
+        payload = codec.encode(submit)
+        address = self.leaders[pending.shard]
+        sent = False
+        backoff = settings.backoff_initial_s
+        while True:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise self._unknown(pending, "no answer within the timeout")
+            try:
+                yield from self._connect(pending.shard, address, remaining)
+            except Unavailable:
+                if sent:
+                    raise self._unknown(pending, "the leader became unreachable") from None
+                raise
+            sent = True
+            try:
+                answer = yield Call(
+                    address, wire.SUBMIT, payload, min(remaining, settings.attempt_timeout_s)
+                )
+            except RpcError as exc:
+                # A lost request or answer, or a dead session (the leader was slow, restarted
+                # or unreachable): ask again under the same id while time remains; the
+                # server's exactly-once table makes that safe.
+                if isinstance(exc, SessionError):
+                    yield ForgetSession(address)
+                if not isinstance(exc, RequestTimeout):
+                    yield Sleep(min(backoff, max(0.0, deadline - self.clock())))
+                    backoff = min(backoff * 2, settings.backoff_max_s)
+                continue
+            try:
+                outcome = codec.decode(answer)
+            except InvalidRequest as exc:
+                raise self._unknown(pending, f"undecodable answer: {exc}") from None
+            if not isinstance(outcome, Outcome) or outcome.seq not in (original.seq, 0):
+                raise self._unknown(pending, "unexpected answer")
+            return outcome
+
+    def _connect(self, shard: int, address: Address, remaining_s: float) -> Steps[None]:
+        timeout = max(0.01, min(self.settings.connect_timeout_s, remaining_s))
+        try:
+            yield Connect(address, timeout)
+        except RpcError as exc:
+            raise Unavailable(f"shard {shard} leader {address} unreachable: {exc}") from None
+
+    def _unknown(self, pending: PendingTxn, why: str) -> OutcomeUnknown:
+        submit = pending.submit
+        error = OutcomeUnknown(f"transaction {submit.client_id}/{submit.seq}: {why}")
+        error.txn = pending  # type: ignore[attr-defined]
+        return error
+
+    # ---- follower snapshots --------------------------------------------------------------
+
+    def snapshot(
+        self, shard: int, address: Address, request: SnapshotRead
+    ) -> Steps[SnapshotReply]:
+        """One snapshot read at the follower ``address`` of ``shard``."""
+        try:
+            yield Connect(address, self.settings.connect_timeout_s)
+            answer = yield Call(
+                address, wire.SNAPSHOT, codec.encode(request), self.settings.timeout_s
+            )
+            reply = codec.decode(answer)
+        except (RpcError, InvalidRequest) as exc:
+            if isinstance(exc, SessionError):
+                yield ForgetSession(address)
+            raise Unavailable(f"follower {address} of shard {shard}: {exc}") from None
+        if not isinstance(reply, SnapshotReply) or reply.req_id != request.req_id:
+            raise Unavailable(f"follower {address} of shard {shard} answered oddly")
+        return reply
+
+
+def _error(outcome: Outcome) -> Exception:
+    status = Status(outcome.status)
+    return ERROR_OF_STATUS.get(status, InvalidRequest)(outcome.detail or status.name.lower())

@@ -1,0 +1,301 @@
+"""Hosting a pure replica on an RPC endpoint: the one adapter that the server process and the
+simulator share (DESIGN.md §7), so that what the simulator proves is what production runs.
+
+Theory of operation. A replica (``ShardLeader`` or ``ShardFollower``) takes
+``handle(now_ns, src, message)`` and ``tick(now_ns)`` and hands back, from ``ready()``, the
+messages to send and when to wake it. The host gives it the world:
+
+* **Bad input never reaches the replica.** Every request is decoded by the strict codec
+  first; a client's malformed request is answered ``INVALID``, a peer's gets an empty
+  response, and both are counted.
+* **Clients.** A ``Submit`` is handed to the replica from the address ``c\\0<client_id>``.
+  The replica's ``Outcome``s to that address answer the RPC requests waiting for that
+  ``(client_id, seq)``: a ``CERTIFIED`` outcome only the requests that asked for it, a final
+  outcome every one of them. A client may ask again (same id) while an earlier request
+  still waits; each gets its answer.
+* **Peer requests and their replies.** A peer's request (lock, validate, install, read,
+  solo, abort; a follower's snapshot read) is handed to the replica from a fresh token
+  address ``p\\0<n>``. Replicas answer synchronously — the reply comes out of the very
+  ``handle`` call that received the request (``store.core.messages.PEER_REQUESTS``) — and
+  the reply becomes the RPC response. The host checks that rule both ways: a request that
+  produced no reply, or a reply to a token no longer waiting, is a broken invariant. A
+  one-way message (gossip) gets an empty response at once.
+* **Sending.** Messages to other shard leaders go as ``PEER`` requests on one RPC session
+  per peer (opened lazily, reopened after a failure); the reply comes back as the response
+  and is handed to the replica as a message from that peer. A lost request is no concern
+  here: the coordinator retransmits on its own timer. Paxos messages go to the stream
+  transport (gRPC between regions in production, the simulated network in the simulator).
+* **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
+* **Fail fast.** The replica's inputs are validated, so an exception out of it is a broken
+  invariant (an ``assert`` of the protocol, or a bug). The host stops: it serves nothing
+  more and hands the exception to ``on_fatal`` — the server process logs it and exits
+  non-zero, the simulator records it and crashes the node. It never logs and goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from store import wire
+from store.core import codec
+from store.core.errors import InvalidRequest, Status
+from store.core.follower import ShardFollower, SnapshotRead
+from store.core.messages import (
+    PEER_ONE_WAY,
+    PEER_REPLIES,
+    PEER_REQUESTS,
+    Message,
+    Outcome,
+    Submit,
+)
+from store.core.paxos import PaxosMessage
+from store.core.replica import ShardLeader
+from store.core.vclock import EMPTY
+from store.rpc import Nexus, ReqHandle, RpcBase, RpcError, Session
+
+log = logging.getLogger("meridian.host")
+
+CLIENT_PREFIX = "c\x00"
+PEER_REPLY_PREFIX = "p\x00"
+# The source of one-way messages: nothing may be addressed to it.
+ONE_WAY_SOURCE = "p\x00one-way"
+
+Replica = ShardLeader | ShardFollower
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Timers(Protocol):
+    """The host's clock and its one kind of timer (the event loop's, or virtual time's)."""
+
+    def clock_ns(self) -> int: ...
+
+    def call_at(self, when_ns: int, callback: Callable[[], None]) -> TimerHandle: ...
+
+
+class ReplicaHost:
+    """One replica on one RPC endpoint (see the module doc)."""
+
+    def __init__(
+        self,
+        replica: Replica,
+        rpc: RpcBase,
+        timers: Timers,
+        *,
+        peer_address: Callable[[str], Any],
+        stream_send: Callable[[str, PaxosMessage], None] | None,
+        request_bytes_max: int,
+        on_fatal: Callable[[BaseException], None],
+    ) -> None:
+        self.replica = replica
+        self.rpc = rpc
+        self.timers = timers
+        self._peer_address = peer_address
+        self._stream_send = stream_send
+        self._request_bytes_max = request_bytes_max
+        self._on_fatal = on_fatal
+        self._peer_sessions: dict[str, Session] = {}
+        self._client_waiters: dict[tuple[str, int], list[tuple[ReqHandle, bool]]] = {}
+        self._peer_replies: dict[str, ReqHandle] = {}
+        self._next_token = 0
+        self._timer: TimerHandle | None = None
+        self._timer_at: int | None = None
+        self.failure: BaseException | None = None
+        self.counters: dict[str, int] = {
+            "submits": 0, "peer_messages": 0, "bad_requests": 0, "peer_send_failures": 0,
+        }
+
+    def register(self, nexus: Nexus) -> None:
+        """Installs the request handlers this host serves on ``nexus``."""
+        nexus.register_req_func(wire.SUBMIT, self._on_submit)
+        nexus.register_req_func(wire.PEER, self._on_peer)
+        nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
+
+    def start(self) -> None:
+        self._flush()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def _on_submit(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        if self.failure is not None:
+            return None
+        self.counters["submits"] += 1
+        if not isinstance(self.replica, ShardLeader):
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, "not a shard leader"))
+        try:
+            if len(payload) > self._request_bytes_max:
+                raise InvalidRequest(f"request larger than {self._request_bytes_max} bytes")
+            message = codec.decode(payload)
+            if not isinstance(message, Submit):
+                raise InvalidRequest("a SUBMIT request carries a Submit message")
+        except InvalidRequest as exc:
+            self.counters["bad_requests"] += 1
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        key = (message.client_id, message.seq)
+        self._client_waiters.setdefault(key, []).append((handle, message.want_certified))
+        self._deliver(CLIENT_PREFIX + message.client_id, message)
+        return None
+
+    def _on_peer(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        if self.failure is not None:
+            return None
+        self.counters["peer_messages"] += 1
+        try:
+            message = codec.decode(payload)
+        except InvalidRequest:
+            self.counters["bad_requests"] += 1
+            return b""
+        if not isinstance(self.replica, ShardLeader):
+            self.counters["bad_requests"] += 1
+            return b""
+        if isinstance(message, PEER_ONE_WAY):
+            self._deliver(ONE_WAY_SOURCE, message)
+            return b""
+        if not isinstance(message, PEER_REQUESTS):
+            self.counters["bad_requests"] += 1
+            return b""
+        self._answer_synchronously(handle, message)
+        return None
+
+    def _on_snapshot(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        if self.failure is not None:
+            return None
+        try:
+            message = codec.decode(payload)
+            if not isinstance(message, SnapshotRead):
+                raise InvalidRequest("a SNAPSHOT request carries a SnapshotRead")
+            if not isinstance(self.replica, ShardFollower):
+                raise InvalidRequest("snapshot reads are served by followers")
+        except InvalidRequest:
+            self.counters["bad_requests"] += 1
+            return b""
+        self._answer_synchronously(handle, message)
+        return None
+
+    def _answer_synchronously(self, handle: ReqHandle, message: Message) -> None:
+        self._next_token += 1
+        token = f"{PEER_REPLY_PREFIX}{self._next_token}"
+        self._peer_replies[token] = handle
+        self._deliver(token, message)
+        if self.failure is None and token in self._peer_replies:
+            self._fail(AssertionError(
+                f"{type(message).__name__} got no reply within its handle call "
+                "(the reply rule of store.core.messages.PEER_REQUESTS)"
+            ))
+
+    def on_stream_message(self, src: str, message: PaxosMessage) -> None:
+        """A Paxos message from the stream transport."""
+        if self.failure is None:
+            self._deliver(src, message)
+
+    # ---- the replica ---------------------------------------------------------------------
+
+    def _deliver(self, src: str, message: Message) -> None:
+        try:
+            self.replica.handle(self.timers.clock_ns(), src, message)
+            self._flush()
+        except Exception as exc:  # inputs are validated: this is a broken invariant
+            self._fail(exc)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if self.failure is not None:
+            return
+        try:
+            self.replica.tick(self.timers.clock_ns())
+            self._flush()
+        except Exception as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is not None:
+            return
+        self.failure = exc
+        self.close()
+        self._on_fatal(exc)
+
+    def _flush(self) -> None:
+        ready = self.replica.ready()
+        for dst, message in ready.messages:
+            if dst.startswith(CLIENT_PREFIX):
+                assert isinstance(message, Outcome), message
+                self._answer_client(dst[len(CLIENT_PREFIX) :], message)
+            elif dst.startswith(PEER_REPLY_PREFIX):
+                handle = self._peer_replies.pop(dst, None)
+                assert handle is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
+                self.rpc.enqueue_response(handle, codec.encode(message))
+            elif isinstance(message, PaxosMessage):
+                if self._stream_send is not None:
+                    self._stream_send(dst, message)
+            else:
+                self._send_peer(dst, message)
+        wake_at = ready.wake_at
+        if wake_at is not None and (self._timer_at is None or wake_at < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = wake_at
+            self._timer = self.timers.call_at(wake_at, self._on_timer)
+
+    def _answer_client(self, client_id: str, outcome: Outcome) -> None:
+        key = (client_id, outcome.seq)
+        waiters = self._client_waiters.get(key)
+        if not waiters:
+            return
+        payload = codec.encode(outcome)
+        if outcome.status == Status.CERTIFIED:
+            remaining = []
+            for handle, want_certified in waiters:
+                if want_certified:
+                    self.rpc.enqueue_response(handle, payload)
+                else:
+                    remaining.append((handle, want_certified))
+            if remaining:
+                self._client_waiters[key] = remaining
+            else:
+                del self._client_waiters[key]
+            return
+        del self._client_waiters[key]
+        for handle, _ in waiters:
+            self.rpc.enqueue_response(handle, payload)
+
+    def _send_peer(self, address: str, message: Message) -> None:
+        session = self._peer_sessions.get(address)
+        if session is None or session.error is not None:
+            session = self.rpc.create_session(self._peer_address(address))
+            self._peer_sessions[address] = session
+
+        def on_reply(payload: bytes | None, error: RpcError | None) -> None:
+            # A lost or failed request is retransmitted by the coordinator's own timer.
+            if error is not None or not payload or self.failure is not None:
+                return
+            try:
+                reply = codec.decode(payload)
+            except InvalidRequest:
+                self.counters["bad_requests"] += 1
+                return
+            if not isinstance(reply, PEER_REPLIES):
+                self.counters["bad_requests"] += 1
+                return
+            self._deliver(address, reply)
+
+        try:
+            self.rpc.enqueue_request(session, wire.PEER, codec.encode(message), on_reply)
+        except RpcError as exc:
+            self.counters["peer_send_failures"] += 1
+            log.info("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})
+            self._peer_sessions.pop(address, None)
+
+    # ---- introspection -------------------------------------------------------------------
+
+    def clients_waiting(self) -> int:
+        return sum(len(waiters) for waiters in self._client_waiters.values())

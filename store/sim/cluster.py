@@ -1,0 +1,245 @@
+"""Simulated server processes: production's host, RPC core and codecs on virtual time.
+
+A ``SimServer`` is what ``store/node/server.py`` is, minus the operating system: the same
+``ReplicaHost`` (``store.node.host``) on an RPC endpoint that runs the real C core
+(``SimEndpoint``, a ``store.rpc.sim.SimRpc`` on the simulated network), with Paxos messages
+batched and encoded as the gRPC replication transport sends them (``SimStream``), and
+timers on virtual time. Every message between processes crosses the network as the bytes
+production sends. ``SimCluster`` builds the servers of a cluster: a leader of every shard in
+the first region, and with more regions a follower of every shard in each of the others.
+
+A broken invariant in a replica stops its server, as in production: the host hands the
+exception to ``SimServer``, which records it (``SimCluster.fatal``) and crashes the server.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from store.config import MERIDIAN_RPC_SETTINGS
+from store.core.errors import InvalidRequest
+from store.core.follower import ShardFollower
+from store.core.partition import Partitioner
+from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage, StreamSettings
+from store.core.replica import Probe, ShardLeader
+from store.core.settings import DEFAULT_SETTINGS, Settings
+from store.core.txn import Procedures
+from store.core.vclock import EMPTY
+from store.node.host import ReplicaHost
+from store.proto.convert import BATCH_MESSAGES_MAX, parse_batch, to_batch
+from store.rpc import Nexus, RpcSettings
+from store.rpc.sim import SimRpc
+from store.sim.loop import Simulator
+from store.sim.network import MS, Link, Network
+
+REGIONS = ("us", "eu", "ap")
+
+
+def leader_address(shard: int) -> str:
+    return f"leader/{shard}"
+
+
+def follower_address(region: str, shard: int) -> str:
+    return f"{region}/follower/{shard}"
+
+
+class SimEndpoint(SimRpc):
+    """An RPC endpoint on the cluster simulator's network, which it asks to be woken."""
+
+    network: Network
+
+    def _request_flush(self) -> None:
+        super()._request_flush()
+        if not self._in_dispatch and not self._closed:
+            self.network.arm(self.address)
+
+
+class SimStream:
+    """The replication transport of one process on the simulated network.
+
+    As in production (``store.node.replication``): messages queued during one event go out
+    together, one batch per destination, encoded by ``store.proto.convert``; what arrives is
+    parsed strictly (a malformed batch is counted and dropped) and handed over in order.
+    """
+
+    def __init__(
+        self,
+        sim: Simulator,
+        network: Network,
+        address: str,
+        on_message: Callable[[str, PaxosMessage], None],
+    ) -> None:
+        self.sim = sim
+        self.network = network
+        self.address = address
+        self.on_message = on_message
+        self._queues: dict[str, list[PaxosMessage]] = {}
+        self._flush_scheduled = False
+        self.bad_batches = 0
+        network.listen(address, self)
+
+    def send(self, dst: str, message: PaxosMessage) -> None:
+        self._queues.setdefault(dst, []).append(message)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.sim.after(0, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queues, self._queues = self._queues, {}
+        if self.network.is_down(self.address):
+            return
+        for dst, messages in queues.items():
+            for start in range(0, len(messages), BATCH_MESSAGES_MAX):
+                batch = to_batch(self.address, messages[start : start + BATCH_MESSAGES_MAX])
+                self.network.send_stream(self.address, dst, batch.SerializeToString())
+
+    def deliver(self, now_ns: int, src: str, data: bytes) -> None:
+        try:
+            sender, messages = parse_batch(data)
+        except InvalidRequest:
+            self.bad_batches += 1
+            return
+        for message in messages:
+            self.on_message(sender, message)
+
+
+class SimServer:
+    """One server process of the simulated cluster (see the module doc)."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        network: Network,
+        replica: ShardLeader | ShardFollower,
+        region: str,
+        *,
+        rpc_settings: RpcSettings,
+        request_bytes_max: int,
+        on_fatal: Callable[[str, BaseException], None],
+    ) -> None:
+        self.sim = sim
+        self.network = network
+        self.replica = replica
+        self.address = replica.address
+        self.region = region
+        self._on_fatal = on_fatal
+        network.add(self.address, region)
+        nexus = Nexus()
+        self.rpc = SimEndpoint(nexus, network, self.address, rpc_settings)
+        self.stream = SimStream(sim, network, self.address, self._on_stream)
+        self.host = ReplicaHost(
+            replica,
+            self.rpc,
+            sim,
+            peer_address=str,
+            stream_send=self.stream.send,
+            request_bytes_max=request_bytes_max,
+            on_fatal=self._fatal,
+        )
+        self.host.register(nexus)
+        self.crashed = False
+
+    def start(self) -> None:
+        self.host.start()
+
+    def _on_stream(self, src: str, message: PaxosMessage) -> None:
+        self.host.on_stream_message(src, message)
+
+    def _fatal(self, exc: BaseException) -> None:
+        self.crash()
+        self._on_fatal(self.address, exc)
+
+    def crash(self) -> None:
+        """The process dies: no more sending, receiving or timers."""
+        if self.crashed:
+            return
+        self.crashed = True
+        self.host.close()
+        self.rpc.crash()
+        self.network.crash(self.address)
+
+
+class SimCluster:
+    """The servers of one simulated cluster, built and started on ``network``."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        network: Network,
+        shards: int,
+        procedures: Procedures,
+        *,
+        partitioner: Partitioner | None = None,
+        settings: Settings = DEFAULT_SETTINGS,
+        regions: Sequence[str] = REGIONS[:1],
+        wan_rtt_ms: float = 50.0,
+        breaks: frozenset[str] = frozenset(),
+        probe: Probe | None = None,
+        stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
+        rpc_settings: RpcSettings = MERIDIAN_RPC_SETTINGS,
+    ) -> None:
+        self.sim = sim
+        self.network = network
+        self.partitioner = partitioner or Partitioner(shards)
+        self.regions = list(regions)
+        self.settings = settings
+        self.rpc_settings = rpc_settings
+        self.leader_addresses = [leader_address(s) for s in range(shards)]
+        self.servers: list[SimServer] = []
+        self.leaders: list[ShardLeader] = []
+        self.followers: dict[int, list[ShardFollower]] = {s: [] for s in range(shards)}
+        # Broken invariants: (address, exception, traceback), in the order they happened.
+        self.fatal: list[tuple[str, BaseException, str]] = []
+        one_way_ns = int(wan_rtt_ms * MS / 2)
+        for i, a in enumerate(self.regions):
+            for b in self.regions[i + 1 :]:
+                network.set_link(a, b, Link(latency_ns=one_way_ns, jitter_ns=max(1, one_way_ns // 10)))
+        home, *others = self.regions
+        for shard in range(shards):
+            leader = ShardLeader(
+                shard, self.leader_addresses, self.partitioner, procedures, settings,
+                breaks=breaks, probe=probe,
+                followers=[follower_address(region, shard) for region in others],
+                stream_settings=stream_settings,
+            )
+            self.leaders.append(leader)
+            self._serve(leader, home)
+            for region in others:
+                follower = ShardFollower(
+                    shard, follower_address(region, shard), stream_settings, probe=probe
+                )
+                self.followers[shard].append(follower)
+                self._serve(follower, region)
+
+    def _serve(self, replica: ShardLeader | ShardFollower, region: str) -> None:
+        self.servers.append(
+            SimServer(
+                self.sim, self.network, replica, region,
+                rpc_settings=self.rpc_settings,
+                request_bytes_max=self.settings.request_bytes_max,
+                on_fatal=self._record_fatal,
+            )
+        )
+
+    def _record_fatal(self, address: str, exc: BaseException) -> None:
+        self.fatal.append((address, exc, "".join(traceback.format_exception(exc))))
+
+    def start(self) -> None:
+        for server in self.servers:
+            server.start()
+
+    def preload(self, key: str, value: Any) -> None:
+        """Loads a key on its shard's leader and followers before the cluster serves."""
+        shard = self.partitioner.shard_of(key)
+        self.leaders[shard].preload(key, value)
+        for follower in self.followers[shard]:
+            follower.store.install(key, value, False, EMPTY, 0, 0)
+
+    def server(self, address: str) -> SimServer:
+        return next(server for server in self.servers if server.address == address)
+
+    def locks_held(self) -> int:
+        return sum(leader.store.locked_count() for leader in self.leaders)
