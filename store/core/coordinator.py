@@ -175,7 +175,10 @@ class Coordinator:
         self._txns: dict[int, _Txn] = {}
         self._by_client: dict[tuple[str, int], int] = {}
         self._outcomes: OrderedDict[tuple[str, int], Outcome] = OrderedDict()
-        # Requests to other shards awaiting an answer: (txn_id, shard) -> [message, attempts].
+        # Requests to other shards awaiting an answer: (txn_id, shard) -> [message, attempts,
+        # due_at]. A heap entry retransmits only if it is the request's current one (its time
+        # is due_at): one chain of retries per request, however many rounds the transaction
+        # has had with that shard.
         self._pending: dict[tuple[int, int], list[Any]] = {}
         self._retry_heap: list[tuple[int, int, int]] = []
         # Certified transactions not yet known durable, indexed by the first shard whose
@@ -183,7 +186,8 @@ class Coordinator:
         # watermark only looks at the transactions it can release.
         self._awaiting_commit: dict[int, _Txn] = {}
         self._blocked_on: dict[int, list[tuple[int, int]]] = {}
-        self.counters = {"certified": 0, "committed": 0, "aborted": 0, "solo": 0}
+        # gave_up: undecided transactions ended because a participant stayed unreachable.
+        self.counters = {"certified": 0, "committed": 0, "aborted": 0, "solo": 0, "gave_up": 0}
         # Whether the replica can take more work now (its replication stream's backlog).
         self.admits: Callable[[], bool] = lambda: True
 
@@ -618,8 +622,9 @@ class Coordinator:
     # ---- retransmission ------------------------------------------------------------------
 
     def _request(self, now_ns: int, txn_id: int, shard: int, message: Message) -> None:
-        self._pending[(txn_id, shard)] = [message, 1]
-        heapq.heappush(self._retry_heap, (now_ns + self.settings.peer_retry_ns, txn_id, shard))
+        due_at = now_ns + self.settings.peer_retry_ns
+        self._pending[(txn_id, shard)] = [message, 1, due_at]
+        heapq.heappush(self._retry_heap, (due_at, txn_id, shard))
         self._send(shard, message)
 
     def next_deadline(self) -> int | None:
@@ -628,16 +633,17 @@ class Coordinator:
     def on_timer(self, now_ns: int) -> None:
         heap = self._retry_heap
         while heap and heap[0][0] <= now_ns:
-            _, txn_id, shard = heapq.heappop(heap)
+            due_at, txn_id, shard = heapq.heappop(heap)
             entry = self._pending.get((txn_id, shard))
-            if entry is None:
-                continue
-            message, attempts = entry
+            if entry is None or entry[2] != due_at:
+                continue  # answered, or an earlier round's timer: not this request's
+            message, attempts, _ = entry
             txn = self._txns.get(txn_id)
             # A solo request may already have been applied, so it is retried until answered,
             # like an install: only rounds before any decision may give up.
             undecided = txn is not None and txn.phase in (EXECUTING, LOCKING, VALIDATING)
             if undecided and attempts >= self.settings.peer_attempts_max and txn is not None:
+                self.counters["gave_up"] += 1
                 if txn.phase == EXECUTING:
                     txn.coro.close()
                     self._end_before_certify(txn, Status.UNAVAILABLE, f"shard {shard} unreachable")
@@ -645,13 +651,26 @@ class Coordinator:
                     self._abort_everywhere(now_ns, txn, f"shard {shard} unreachable")
                 continue
             entry[1] = attempts + 1
-            heapq.heappush(heap, (now_ns + self.settings.peer_retry_ns, txn_id, shard))
+            entry[2] = now_ns + self.settings.peer_retry_ns
+            heapq.heappush(heap, (entry[2], txn_id, shard))
             self._send(shard, message)
 
     # ---- introspection -------------------------------------------------------------------
 
     def in_flight(self) -> int:
         return len(self._by_client)
+
+    def install_targets_pending_decision(self) -> list[int]:
+        """Shards that transactions in validation hold locks on and wait for nothing more
+        from: they will be sent installs once the other shards answer (for the simulator's
+        nemesis, which partitions them to test that installs are retried until answered)."""
+        return [
+            shard
+            for txn in self._txns.values()
+            if txn.phase == VALIDATING
+            for shard in txn.write_shards
+            if shard not in txn.waiting
+        ]
 
     def pending_requests(self) -> int:
         return len(self._pending)

@@ -16,6 +16,7 @@ also reads snapshots from them now and then; each one goes to the snapshot oracl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,12 @@ from store.sim.network import MS, Network
 from store.sim.workloads import Operation
 
 NS_PER_S = 1_000_000_000
+
+
+def _ns(seconds: float) -> int:
+    """A delay on virtual time: rounded up, and never zero, so that a deadline a fraction of
+    a nanosecond away (float seconds) still lets time pass before it is looked at again."""
+    return max(1, math.ceil(seconds * NS_PER_S))
 
 Done = Callable[[Any, MeridianError | None], None]
 
@@ -101,7 +108,7 @@ class SdkProcess:
                 continue
             if isinstance(effect, Sleep):
                 resume = self._resumer(steps, on_done)
-                self.sim.after(int(effect.seconds * NS_PER_S), resume, None, None)
+                self.sim.after(_ns(effect.seconds), resume, None, None)
                 return
             if isinstance(effect, Connect):
                 session = self._sessions.get(effect.address)
@@ -127,7 +134,7 @@ class SdkProcess:
                 resume(None, exc)
                 return
             timeout = RequestTimeout(f"req_type {effect.req_type} to {effect.address} timed out")
-            self.sim.after(int(effect.timeout_s * NS_PER_S), resume, None, timeout)
+            self.sim.after(_ns(effect.timeout_s), resume, None, timeout)
             return
 
     def _await_connect(
@@ -142,7 +149,7 @@ class SdkProcess:
 
         session.on_connect(connected)
         timeout = RequestTimeout(f"connect to {effect.address} timed out")
-        self.sim.after(int(effect.timeout_s * NS_PER_S), resume, None, timeout)
+        self.sim.after(_ns(effect.timeout_s), resume, None, timeout)
 
     def _resumer(self, steps: Steps[Any], on_done: Done) -> Callable[[Any, RpcError | None], None]:
         """Resumes the generator once: by whichever comes first, the answer or the timer."""

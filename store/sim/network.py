@@ -120,6 +120,14 @@ class Network:
                 self._blocked.add((a, b))
                 self._blocked.add((b, a))
 
+    def block(self, sources: Iterable[str], destinations: Iterable[str]) -> None:
+        """A one-way partition: what ``sources`` send to ``destinations`` is lost; the
+        other direction still works (a node that can speak but no longer hear)."""
+        destinations = list(destinations)
+        for a in sources:
+            for b in destinations:
+                self._blocked.add((a, b))
+
     def heal(self) -> None:
         self._blocked.clear()
 

@@ -61,6 +61,8 @@ class Recorder:
         # watermark), after every step that raised it.
         self.known: dict[int, int] = {}
         self.known_chain: list[dict[int, int]] = []
+        # Per transaction, the point of the chain when it was certified (its first install or
+        # its coordinator's decision, whichever came first).
         self.known_at_certification: dict[int, int] = {}
         self.dominance: list[str] = []
         self.snapshots: list[str] = []
@@ -73,7 +75,7 @@ class Recorder:
         txn_id = certification.txn_id
         self.certifications[txn_id] = certification
         self.certified_step[txn_id] = self._step
-        self.known_at_certification[txn_id] = len(self.known_chain) - 1
+        self.known_at_certification.setdefault(txn_id, len(self.known_chain) - 1)
         full = certification.full
         for key, writer in certification.reads:
             writer_vc = self.clocks.get(writer)
@@ -82,6 +84,9 @@ class Recorder:
 
     def installed(self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock) -> None:
         self._step += 1
+        # A single-shard transaction is certified where it installs, before its coordinator
+        # hears of it: what was known durable then is what its clock could leave out.
+        self.known_at_certification.setdefault(txn_id, len(self.known_chain) - 1)
         self.clocks[txn_id] = vc
         for key, value, deleted in writes:
             self.versions.setdefault(key, []).append((txn_id, value, deleted, vc, self._step))

@@ -33,7 +33,7 @@ from store.core.txn import Procedures
 from store.sim.client import History, SdkProcess, SnapshotReads, WorkloadClient
 from store.sim.cluster import REGIONS, SimCluster
 from store.sim.loop import Simulator
-from store.sim.network import MS, Faults, Network
+from store.sim.network import MS, US, Faults, Network
 from store.sim.oracles import DurabilityOracle, Recorder, divergence
 from store.sim.workloads import Bank, ListAppend, register_bank
 
@@ -91,6 +91,10 @@ class SeedResult:
     history_path: str | None = None
     snapshot_reads: int = 0
     settled_ms: int = 0
+    # Undecided transactions whose coordinator gave up on an unreachable participant.
+    coordinator_gave_up: int = 0
+    # Client operations by the error they ended with (Aborted after its retries, ...).
+    client_errors: dict[str, int] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -224,6 +228,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         history_path = str(seed_dir / "history.edn")
 
     counts = {k: sum(c.counts[k] for c in clients) for k in clients[0].counts}
+    client_errors: dict[str, int] = {}
+    for client in clients:
+        for name, count in client.errors.items():
+            client_errors[name] = client_errors.get(name, 0) + count
     return SeedResult(
         seed=seed,
         transactions=counts["ok"] + counts["fail"] + counts["info"],
@@ -237,16 +245,32 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         history_path=history_path,
         snapshot_reads=recorder.snapshots_checked,
         settled_ms=(sim.now_ns - healed_at) // MS,
+        coordinator_gave_up=sum(leader.coordinator.counters["gave_up"] for leader in cluster.leaders),
+        client_errors=dict(sorted(client_errors.items())),
     )
 
 
 class PartitionNemesis:
-    """Now and then cuts one leader (one region, with followers) off from everything else,
-    then heals. Most partitions are short; about one in four outlasts the coordinators'
-    retry budget (``peer_attempts_max`` tries, ``peer_retry_ns`` apart), so that a
-    coordinator gives up on an unreachable participant before it decides, and retries its
-    installs for as long as it takes after. It strikes only while the load runs; a
-    partition still on when the load stops runs its course."""
+    """Now and then cuts one shard leader (or, with followers, one whole region) off from
+    everything else, then heals. Half of the leader partitions are one-way: the leader
+    still sends but hears nothing.
+
+    The nemesis looks inside the cluster to strike where it hurts (as a targeted fault
+    injector does): it prefers a leader that a transaction about to be decided still has to
+    install at (it holds the transaction's locks, and the coordinator waits for nothing
+    more from it), else one that holds locks for transactions in certification. Those
+    transactions then lose a participant mid-way: undecided ones must be aborted; decided
+    ones must install once it is back. Most
+    partitions are short; about one in four outlasts the coordinators' retry budget
+    (``peer_attempts_max`` tries, ``peer_retry_ns`` apart) and the RPC sessions that still
+    hold the last tries (``session_timeout_ns``), so that a coordinator does give up on an
+    undecided transaction, and must keep retrying a decided one's installs for as long as
+    it takes. It strikes only while the load runs; a partition still on when the load stops
+    runs its course."""
+
+    # How long a strike looks for the leader it prefers before it takes another.
+    TARGET_WAIT_STEPS = 200
+    TARGET_WAIT_STEP_NS = 100 * US
 
     def __init__(
         self, sim: Simulator, network: Network, cluster: SimCluster, by_region: bool, stop_at: int
@@ -257,34 +281,58 @@ class PartitionNemesis:
         self.by_region = by_region
         self.stop_at = stop_at
         settings = cluster.settings
-        self.retry_budget_ns = settings.peer_attempts_max * settings.peer_retry_ns
+        self.long_ns = (
+            settings.peer_attempts_max * settings.peer_retry_ns
+            + cluster.rpc_settings.session_timeout_ns
+        )
         self.strikes = 0
         self.long_strikes = 0
 
     def start(self) -> None:
-        self.sim.after(self.sim.rng.randrange(20 * MS, 100 * MS), self._strike)
+        self.sim.after(self.sim.rng.randrange(20 * MS, 100 * MS), self._strike, 0)
 
-    def _strike(self) -> None:
+    def _strike(self, waited: int) -> None:
         sim, network = self.sim, self.network
         if sim.now_ns >= self.stop_at:
             return
-        if self.by_region:
+        if self.by_region and sim.rng.random() < 0.5:
             region = sim.rng.choice(self.cluster.regions)
             inside = [a for a in network.addresses() if network.region_of(a) == region]
         else:
-            inside = [sim.rng.choice(self.cluster.leader_addresses)]
-        network.partition(inside, [a for a in network.addresses() if a not in inside])
+            targets = self._about_to_install()
+            if not targets and waited < self.TARGET_WAIT_STEPS:
+                sim.after(self.TARGET_WAIT_STEP_NS, self._strike, waited + 1)
+                return
+            targets = targets or [
+                leader.address for leader in self.cluster.leaders if leader.participant.held_count()
+            ]
+            inside = [sim.rng.choice(targets or self.cluster.leader_addresses)]
+        outside = [a for a in network.addresses() if a not in inside]
+        if len(inside) == 1 and sim.rng.random() < 0.5:
+            network.block(outside, inside)
+        else:
+            network.partition(inside, outside)
         self.strikes += 1
         if sim.rng.random() < 0.25:
             self.long_strikes += 1
-            lasts = sim.rng.randrange(self.retry_budget_ns + 100 * MS, 2 * self.retry_budget_ns)
+            lasts = sim.rng.randrange(self.long_ns + 200 * MS, 2 * self.long_ns)
         else:
             lasts = sim.rng.randrange(20 * MS, 300 * MS)
         sim.after(lasts, self._heal)
 
+    def _about_to_install(self) -> list[str]:
+        """Leaders that validating transactions will install at, and wait for no more."""
+        addresses = self.cluster.leader_addresses
+        found = set()
+        for leader in self.cluster.leaders:
+            for shard in leader.coordinator.install_targets_pending_decision():
+                if shard != leader.shard:
+                    found.add(addresses[shard])
+        return sorted(found)
+
     def _heal(self) -> None:
         self.network.heal()
-        self.sim.after(self.sim.rng.randrange(50 * MS, 300 * MS), self._strike)
+        self.sim.after(self.sim.rng.randrange(50 * MS, 300 * MS), self._strike, 0)
 
 
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
@@ -314,6 +362,8 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "transactions_indeterminate": sum(r.indeterminate for r in results),
         "cross_shard_fraction": round(sum(r.cross_shard for r in results) / max(transactions, 1), 4),
         "snapshot_reads_checked": sum(r.snapshot_reads for r in results),
+        "coordinator_gave_up": sum(r.coordinator_gave_up for r in results),
+        "client_errors": _add_counts(r.client_errors for r in results),
         "anomalies": sum(r.anomalies for r in results),
         "anomaly_kinds": sorted(kinds),
         "seeds_with_anomalies": {kind: count for kind, count in sorted(kinds.items())},
@@ -323,6 +373,14 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         first = failing[0]
         summary["first_failure"] = {**asdict(first), "replay": replay_command(first.seed, options)}
     return summary
+
+
+def _add_counts(parts: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for name, count in part.items():
+            total[name] = total.get(name, 0) + count
+    return dict(sorted(total.items()))
 
 
 def replay_command(seed: int, options: SimOptions, out_dir: str | None = None) -> str:

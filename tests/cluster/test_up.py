@@ -48,8 +48,8 @@ def test_stopping_up_leaves_no_process_behind(tmp_path: Path, stop_signal: int) 
     assert [pid for pid in pids if pid_alive(pid)] == []
 
 
-def test_servers_exit_when_up_is_killed(tmp_path: Path) -> None:
-    path = write_cluster_file(tmp_path)
+def start_up(path: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """``meridian up`` in a child process, once it says ready; with its servers' pids."""
     up = subprocess.Popen(
         [sys.executable, "-m", "store.cli", "up", "--config", str(path)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -60,7 +60,12 @@ def test_servers_exit_when_up_is_killed(tmp_path: Path) -> None:
         line = up.stdout.readline()
         assert line, output
         output += line
-    pids = [int(pid) for pid in re.findall(r"pid (\d+)", output)]
+    return up, [int(pid) for pid in re.findall(r"pid (\d+)", output)]
+
+
+def test_servers_exit_when_up_is_killed(tmp_path: Path) -> None:
+    path = write_cluster_file(tmp_path)
+    up, pids = start_up(path)
     up.kill()  # no chance to clean up: the servers notice their parent is gone
     up.wait()
     deadline = time.monotonic() + 10
@@ -82,17 +87,7 @@ def test_a_broken_invariant_stops_the_server_and_up_reports_it(tmp_path: Path) -
     path = write_cluster_file(
         tmp_path, procedures=[*PROCEDURES, "tests.cluster.procedures:register_tripwire"]
     )
-    up = subprocess.Popen(
-        [sys.executable, "-m", "store.cli", "up", "--config", str(path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    assert up.stdout is not None
-    output = ""
-    while "ready" not in output:
-        line = up.stdout.readline()
-        assert line, output
-        output += line
-    pids = [int(pid) for pid in re.findall(r"pid (\d+)", output)]
+    up, pids = start_up(path)
     config = load(path)
     shard = config.partitioner().shard_of(TRIPWIRE_KEY)
     with BlockingClient.connect(path, timeout_s=2.0) as client:

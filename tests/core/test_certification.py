@@ -89,6 +89,25 @@ def test_clocks_cover_write_write_and_read_write_dependencies() -> None:
     assert previous is not None and previous.vc[1] == 10**6
 
 
+def test_single_shard_certification_stamps_what_it_read() -> None:
+    """The one-step path stamps the reads it validates as the multi-shard path does, so a
+    later writer of a key a single-shard transaction read gets that transaction's clock
+    back with its lock (read-write dependencies, participant.py)."""
+    cluster = LocalCluster(shards=2)
+    a, _ = keys_on_distinct_shards(cluster)
+    participant = cluster.replica(0).participant
+    reader_clock = VectorClock({1: 10**6})  # far above any watermark: never dropped
+    assert participant.certify_solo(515151, [(a, 0)], [], [], reader_clock, 0) is not None
+    ok, _counter, deps = participant.lock(525252, [a])
+    assert ok and deps[1] == 10**6
+    participant.abort(525252)
+    # A single-shard writer stamps its own (sparse) clock, which carries the entry too.
+    assert participant.certify_solo(535353, [(a, 0)], [], [("t/other", 1, False)], reader_clock, 0)
+    ok, _counter, deps = participant.lock(545454, [a])
+    assert ok and deps[1] == 10**6
+    participant.abort(545454)
+
+
 def test_scan_sees_own_writes_and_is_validated() -> None:
     cluster = LocalCluster(shards=2)
     cluster.ops([["put", "t/1", 1], ["put", "t/3", 3]], shard=0)

@@ -1,0 +1,230 @@
+"""The SDK's transaction logic, sans I/O (store/client/protocol.py), driven by a script.
+
+Each test plays the driver: it answers the effects the protocol yields (connect, call,
+forget a session, sleep) from a table, on a fake clock, and checks what the protocol sent
+and what it answered — the rules of the module's doc, one by one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from store import wire
+from store.client.protocol import (
+    Call,
+    ClientProtocol,
+    ClientSettings,
+    Connect,
+    ForgetSession,
+    Sleep,
+    Steps,
+)
+from store.core import codec
+from store.core.errors import (
+    Aborted,
+    InvalidRequest,
+    OutcomeUnknown,
+    ProcedureFailed,
+    RolledBack,
+    Status,
+    Unavailable,
+    UnknownProcedure,
+    UserAborted,
+)
+from store.core.messages import Outcome, Submit
+from store.core.partition import Partitioner
+from store.core.vclock import VectorClock
+from store.rpc import PeerUnavailable, RequestTimeout, SessionRefused
+
+LEADERS = ["leader/0", "leader/1"]
+
+
+class Driver:
+    """Answers effects with ``answer(effect)`` (a value, or an exception to throw in)."""
+
+    def __init__(self, answer: Callable[[Any], Any]) -> None:
+        self.answer = answer
+        self.now = 100.0
+        self.effects: list[Any] = []
+        self.protocol = ClientProtocol(
+            "c1", LEADERS, Partitioner(2), ClientSettings(timeout_s=5.0, attempt_timeout_s=1.0),
+            lambda: self.now, random.Random(1),
+        )
+
+    def drive(self, steps: Steps[Any]) -> Any:
+        value: Any = None
+        error: BaseException | None = None
+        for _ in range(1000):  # bounded: a protocol that loops forever fails here
+            effect = steps.send(value) if error is None else steps.throw(error)
+            self.effects.append(effect)
+            value, error = None, None
+            if isinstance(effect, Sleep):
+                self.now += effect.seconds
+                continue
+            try:
+                value = self.answer(effect)
+            except Exception as exc:
+                error = exc
+                if isinstance(exc, RequestTimeout) and isinstance(effect, Call):
+                    self.now += effect.timeout_s
+        raise AssertionError("the protocol did not finish in 1000 effects")
+
+    def run(self, steps: Steps[Any]) -> Any:
+        try:
+            self.drive(steps)
+        except StopIteration as stop:
+            return stop.value
+
+    def submits(self) -> list[Submit]:
+        sent = []
+        for effect in self.effects:
+            if isinstance(effect, Call):
+                message = codec.decode(effect.payload)
+                assert isinstance(message, Submit)
+                sent.append(message)
+        return sent
+
+
+def outcome(status: Status, result: Any = None, seq: int = 0, detail: str = "") -> bytes:
+    return codec.encode(Outcome(seq, status, result, VectorClock({0: 3}), detail))
+
+
+def answers(*replies: Any) -> Callable[[Any], Any]:
+    """Connects succeed; each Call takes the next reply (bytes, or an exception to raise)."""
+    queue = list(replies)
+
+    def answer(effect: Any) -> Any:
+        if isinstance(effect, Connect | ForgetSession):
+            return None
+        reply = queue.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    return answer
+
+
+def test_a_lost_answer_is_asked_again_under_the_same_id() -> None:
+    driver = Driver(answers(RequestTimeout("lost"), outcome(Status.COMMITTED, [7])))
+    result = driver.run(driver.protocol.run(0, "", [[["get", "t/a"]]], False, False))
+    assert result.result == [7] and result.status == "committed" and result.attempts == 1
+    first, second = driver.submits()
+    assert (first.client_id, first.seq) == (second.client_id, second.seq)
+    assert not first.want_certified  # a caller of run() does not ask for CERTIFIED
+    assert all(e.req_type == wire.SUBMIT for e in driver.effects if isinstance(e, Call))
+
+
+def test_a_dead_session_is_forgotten_then_reopened_and_the_request_sent_again() -> None:
+    driver = Driver(answers(PeerUnavailable("gone"), outcome(Status.COMMITTED, 1)))
+    driver.run(driver.protocol.run(1, "p", [], False, False))
+    kinds = [type(effect).__name__ for effect in driver.effects]
+    assert kinds == ["Connect", "Call", "ForgetSession", "Sleep", "Connect", "Call"]
+    assert all(e.address == "leader/1" for e in driver.effects if isinstance(e, Connect | Call))
+    assert len({m.seq for m in driver.submits()}) == 1
+
+
+def test_a_leader_unreachable_from_the_start_is_unavailable_and_nothing_was_sent() -> None:
+    def answer(effect: Any) -> Any:
+        raise SessionRefused("no")
+
+    driver = Driver(answer)
+    with pytest.raises(Unavailable):
+        driver.run(driver.protocol.run(0, "p", [], False, False))
+    assert driver.submits() == []
+
+
+def test_a_leader_lost_after_the_request_left_is_an_unknown_outcome_to_resume() -> None:
+    sent = []
+
+    def answer(effect: Any) -> Any:
+        if isinstance(effect, Call):
+            sent.append(effect)
+            raise PeerUnavailable("gone")
+        if isinstance(effect, Connect) and sent:
+            raise PeerUnavailable("still gone")
+        return None
+
+    driver = Driver(answer)
+    with pytest.raises(OutcomeUnknown) as caught:
+        driver.run(driver.protocol.run(0, "p", [], False, False))
+    pending = caught.value.txn  # type: ignore[attr-defined]
+    first_seq = driver.submits()[0].seq
+    assert pending.submit.seq == first_seq
+    again = Driver(answers(outcome(Status.COMMITTED, "done")))
+    result = again.run(again.protocol.resume(pending, speculative=False))
+    assert result.result == "done" and again.submits()[0].seq == first_seq
+
+
+def test_no_answer_until_the_deadline_is_an_unknown_outcome() -> None:
+    driver = Driver(answers(*[RequestTimeout("lost")] * 10))
+    with pytest.raises(OutcomeUnknown, match="no answer within the timeout"):
+        driver.run(driver.protocol.run(0, "p", [], False, False))
+    assert 4 <= len(driver.submits()) <= 6  # 5 s of 1 s attempts
+
+
+def test_a_conflict_is_retried_under_a_new_id_with_backoff_until_the_limit() -> None:
+    driver = Driver(answers(*[outcome(Status.ABORTED)] * 3, outcome(Status.COMMITTED, 2)))
+    result = driver.run(driver.protocol.run(0, "p", [], False, False))
+    assert result.result == 2 and result.attempts == 4
+    assert len({m.seq for m in driver.submits()}) == 4
+    assert sum(isinstance(e, Sleep) for e in driver.effects) == 3
+    limit = driver.protocol.settings.retries_max
+    stubborn = Driver(answers(*[outcome(Status.ABORTED)] * (limit + 1)))
+    with pytest.raises(Aborted):
+        stubborn.run(stubborn.protocol.run(0, "p", [], False, False))
+    assert len(stubborn.submits()) == limit + 1
+
+
+def test_detailed_hears_certified_then_asks_again_for_the_commit() -> None:
+    driver = Driver(answers(outcome(Status.CERTIFIED, [1]), outcome(Status.COMMITTED)))
+    result = driver.run(driver.protocol.run(0, "p", [], False, True))
+    first, second = driver.submits()
+    assert first.want_certified and not second.want_certified and first.seq == second.seq
+    assert result.result == [1] and result.status == "committed"
+    assert result.committed_s is not None and result.certified_s <= result.committed_s
+
+
+def test_speculative_returns_at_certification() -> None:
+    driver = Driver(answers(outcome(Status.CERTIFIED, 5)))
+    result = driver.run(driver.protocol.run(0, "p", [], True, False))
+    assert result.status == "certified" and result.committed_s is None and result.result == 5
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (Status.USER_ABORTED, UserAborted),
+        (Status.INVALID, InvalidRequest),
+        (Status.PROCEDURE_FAILED, ProcedureFailed),
+        (Status.ROLLED_BACK, RolledBack),
+        (Status.UNAVAILABLE, Unavailable),
+        (Status.UNKNOWN_PROCEDURE, UnknownProcedure),
+    ],
+)
+def test_each_final_outcome_is_its_typed_error_and_is_not_retried(
+    status: Status, error: type[Exception]
+) -> None:
+    driver = Driver(answers(outcome(status, detail="why")))
+    with pytest.raises(error, match="why"):
+        driver.run(driver.protocol.run(0, "p", [], False, False))
+    assert len(driver.submits()) == 1
+
+
+def test_an_undecodable_or_foreign_answer_is_an_unknown_outcome() -> None:
+    for reply in (b"\xc1garbage", outcome(Status.COMMITTED, seq=999)):
+        driver = Driver(answers(reply))
+        with pytest.raises(OutcomeUnknown):
+            driver.run(driver.protocol.run(0, "p", [], False, False))
+
+
+def test_routes_pick_the_coordinator() -> None:
+    protocol = Driver(answers()).protocol
+    assert protocol.shard_for(1) == 1
+    assert protocol.shard_for("t/a") == Partitioner(2).shard_of("t/a")
+    assert {protocol.shard_for(None) for _ in range(4)} == {0, 1}
+    with pytest.raises(InvalidRequest):
+        protocol.shard_for(2)

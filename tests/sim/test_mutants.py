@@ -1,0 +1,119 @@
+"""Each protocol rule the simulator once missed, broken on purpose, is caught (issue 9).
+
+A rule nobody sees fail is a rule nobody has tested. Each test below breaks one rule in the
+running code (a monkeypatch, so the break is exactly one step) and runs the simulated
+workload that reaches it; the oracle or checker named must object. The rules:
+
+* a scan's phantom check: the range must still hold the versions the scan saw
+  (``Participant._check_reads``; DESIGN.md §3 "validate");
+* the lock check of the last key of a scan cut short by its limit;
+* the read stamps of single-shard certification (read-write dependencies, participant.py);
+* a follower's visibility rule: a snapshot shows a version only if its clock is at or below
+  the follower's vector watermark (DESIGN.md §4);
+* a coordinator retries a decided transaction's installs for as long as a participant is
+  unreachable (only undecided ones may be given up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from store.core import coordinator as coordinator_module
+from store.core.follower import ShardFollower
+from store.core.participant import Participant
+from store.core.storage import VersionedStore
+from store.sim.run import SimOptions, run_many
+
+
+class _EqualToAnything(list):  # type: ignore[type-arg]
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _kinds(options: SimOptions, seeds: int) -> dict[str, int]:
+    summary = run_many(list(range(seeds)), options)
+    kinds: dict[str, int] = summary["seeds_with_anomalies"]
+    return kinds
+
+
+def test_without_the_phantom_check_scans_see_anomalies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(VersionedStore, "scan_vids", lambda self, lo, hi, limit: _EqualToAnything())
+    kinds = _kinds(SimOptions(loss=0.05), 10)
+    assert {"G2-item", "G-single", "dependency-closure"} & set(kinds), kinds
+
+
+def test_without_the_lock_check_of_a_cut_short_scans_last_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    range_locked = VersionedStore.range_locked_by_other
+
+    def last_key_unchecked(
+        self: VersionedStore, lo: str, hi: str, owner: int, inclusive_hi: bool
+    ) -> bool:
+        return range_locked(self, lo, hi, owner, inclusive_hi=False)
+
+    monkeypatch.setattr(VersionedStore, "range_locked_by_other", last_key_unchecked)
+    kinds = _kinds(SimOptions(loss=0.05), 20)
+    assert {"G2-item", "G-single", "dependency-uncovered"} & set(kinds), kinds
+
+
+def test_without_the_read_stamps_of_single_shard_transactions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    certify_solo = Participant.certify_solo
+
+    def unstamped(self: Participant, *args: Any) -> Any:
+        self.stamp_reads = lambda *_: None  # type: ignore[method-assign]
+        try:
+            return certify_solo(self, *args)
+        finally:
+            del self.stamp_reads
+
+    monkeypatch.setattr(Participant, "certify_solo", unstamped)
+    kinds = _kinds(SimOptions(regions=3, clients=16, duration_ms=2000), 4)
+    assert "dependency-uncovered" in kinds, kinds
+
+
+def test_a_follower_showing_versions_above_its_watermark(monkeypatch: pytest.MonkeyPatch) -> None:
+    snapshot = ShardFollower.snapshot
+
+    def newest_whatever_its_clock(self: ShardFollower, request: Any) -> Any:
+        store = self.store
+        store.latest_at_or_below = lambda key, vw: store.latest(key)  # type: ignore[method-assign]
+        try:
+            return snapshot(self, request)
+        finally:
+            del store.latest_at_or_below
+
+    monkeypatch.setattr(ShardFollower, "snapshot", newest_whatever_its_clock)
+    kinds = _kinds(SimOptions(regions=3, loss=0.05, duration_ms=1000), 6)
+    assert "snapshot-mismatch" in kinds, kinds
+
+
+def test_a_coordinator_that_gives_up_the_installs_of_a_decided_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_timer = coordinator_module.Coordinator.on_timer
+
+    def give_up_decided(self: coordinator_module.Coordinator, now_ns: int) -> None:
+        for (txn_id, shard), (_, attempts, _) in list(self._pending.items()):
+            txn = self._txns.get(txn_id)
+            if (
+                txn is not None and txn.phase == coordinator_module.DECIDED
+                and attempts >= self.settings.peer_attempts_max
+            ):
+                del self._pending[(txn_id, shard)]
+                txn.waiting.discard(shard)
+                self._forget_if_done(txn)
+        on_timer(self, now_ns)
+
+    monkeypatch.setattr(coordinator_module.Coordinator, "on_timer", give_up_decided)
+    kinds = _kinds(SimOptions(loss=0.05, partitions=True), 40)
+    assert "leaked-locks" in kinds, kinds
