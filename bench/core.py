@@ -7,6 +7,11 @@ all 4 keys on one shard, the cross-shard mix puts 30% of transactions on two sha
 baseline applies the same reads and writes to plain dicts in the same run; the ratio says
 what certification costs relative to doing the work with no concurrency control at all.
 
+Each mix runs twice: with message objects handed over as they are, and with every message
+(submissions, outcomes, messages between leaders) encoded and decoded by the wire codec
+(``store/core/codec.py``), as the servers and the simulator do; ``codec_cost`` is the share
+of the time the codec takes. Not measured: the RPC core, sockets, replication.
+
     python bench/core.py [--transactions N] [--shards S] [--json]
 """
 
@@ -19,9 +24,11 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from store.core import codec
 from store.core.errors import Status
 from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
@@ -58,7 +65,9 @@ def make_transactions(
     return txns
 
 
-def run_core(shards: int, txns: list[tuple[int, list[str]]], window: int = 64) -> dict[str, float]:
+def run_core(
+    shards: int, txns: list[tuple[int, list[str]]], window: int = 64, encode: bool = False
+) -> dict[str, float]:
     partitioner = Partitioner(shards)
     addresses = [f"leader/{s}" for s in range(shards)]
     leaders = {a: ShardLeader(s, addresses, partitioner, Procedures()) for s, a in enumerate(addresses)}
@@ -66,8 +75,12 @@ def run_core(shards: int, txns: list[tuple[int, list[str]]], window: int = 64) -
     done = {"committed": 0, "aborted": 0}
     now = 0
 
+    def wire(message: Any) -> Any:
+        return codec.decode(codec.encode(message)) if encode else message
+
     def pump(leader: ShardLeader) -> None:
         for dst, message in leader.ready().messages:
+            message = wire(message)
             if isinstance(message, Outcome):
                 if message.status == Status.COMMITTED:
                     done["committed"] += 1
@@ -85,7 +98,7 @@ def run_core(shards: int, txns: list[tuple[int, list[str]]], window: int = 64) -
             ops = [["increment", key, 1] for key in keys]
             submitted += 1
             leader = leaders[addresses[home]]
-            leader.handle(now, "client", Submit("bench", submitted, OPS_PROCEDURE, [ops], False))
+            leader.handle(now, "client", wire(Submit("bench", submitted, OPS_PROCEDURE, [ops], False)))
             pump(leader)
         while queue:
             src, dst, message = queue.popleft()
@@ -122,9 +135,12 @@ def measure(transactions: int, shards: int, seed: int = 1) -> dict[str, float]:
     for name, cross in (("single_shard", 0.0), ("cross_shard_30", 0.3)):
         txns = make_transactions(rng, keys, transactions, cross)
         core = run_core(shards, txns)
+        encoded = run_core(shards, txns, encode=True)
         baseline = run_baseline(shards, txns)
         result[f"{name}_txn_per_s"] = round(core["txn_per_s"])
         result[f"{name}_abort_rate"] = round(core["abort_rate"], 4)
+        result[f"{name}_codec_txn_per_s"] = round(encoded["txn_per_s"])
+        result[f"{name}_codec_cost"] = round(1 - encoded["txn_per_s"] / core["txn_per_s"], 3)
         result[f"{name}_baseline_txn_per_s"] = round(baseline)
         result[f"{name}_ratio"] = round(core["txn_per_s"] / baseline, 5)
     return result
@@ -147,6 +163,11 @@ def main() -> None:
             f"dict baseline {result[f'{name}_baseline_txn_per_s']:>11,.0f} txn/s   "
             f"ratio {result[f'{name}_ratio']:.4f}   aborts {result[f'{name}_abort_rate']:.2%}"
         )
+        print(
+            f"  {'':16} with the codec {result[f'{name}_codec_txn_per_s']:>9,.0f} txn/s   "
+            f"the codec's share of the time {result[f'{name}_codec_cost']:.0%}"
+        )
+    print("  not measured: the RPC core, sockets, replication")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -249,7 +249,9 @@ class Client:
         address = next((a for r, a in followers if r == region), None)
         if address is None:
             raise InvalidRequest(f"shard {shard} has no follower in region {region!r}")
-        request = SnapshotRead(next(self._snapshot_ids), list(keys), [tuple(s) for s in scans])
+        request = SnapshotRead(
+            next(self._snapshot_ids), list(keys), [(lo, hi, limit) for lo, hi, limit in scans]
+        )
         reply = await self._drive(self.protocol.snapshot(shard, address, request))
         lag = None
         if with_lag:
@@ -402,7 +404,7 @@ class BlockingClient:
         future = asyncio.run_coroutine_threadsafe(_connect_in_loop(cluster, kwargs), loop)
         return cls(loop, thread, future.result())
 
-    def _call(self, coroutine: Any) -> Any:
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def run(self, procedure: str, *args: Any, route: str | int | None = None) -> Any:

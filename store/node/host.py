@@ -253,7 +253,7 @@ class ReplicaHost:
             return
         payload = codec.encode(outcome)
         if outcome.status == Status.CERTIFIED:
-            remaining = []
+            remaining: list[tuple[ReqHandle, bool]] = []
             for handle, want_certified in waiters:
                 if want_certified:
                     self.rpc.enqueue_response(handle, payload)

@@ -111,7 +111,7 @@ class ListAppend:
 
     def _invoked(self, micro: list[list[Any]]) -> list[list[Any]]:
         """The invocation's value: a scan is a read of every key of its range handed out."""
-        value = []
+        value: list[list[Any]] = []
         for mop in micro:
             if mop[0] == "scan":
                 value.extend(["r", k, None] for k in range(mop[1], min(mop[2], self.next_key)))
@@ -189,12 +189,16 @@ class Bank:
         source, target = rng.sample(range(self.accounts), 2)
         amount = rng.randint(1, 5)
         value = {"from": source, "to": target, "amount": amount}
+
+        def complete(_result: Any) -> Any:
+            return value
+
         return Operation(
             "bank_transfer",
             [source, target, amount],
             "transfer",
             value,
-            lambda _result, value=value: value,
+            complete,
             [bank_key(source), bank_key(target)],
         )
 

@@ -59,11 +59,12 @@ class ControlServer:
                 self._serve, self._where, limit=LINE_BYTES_MAX
             )
         else:
+            assert isinstance(self._where, tuple)
             host, port = self._where
             self._server = await asyncio.start_server(
                 self._serve, host, port, limit=LINE_BYTES_MAX, reuse_address=True
             )
-            bound = self._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            bound = self._server.sockets[0].getsockname()[1]
             self.address = f"{host}:{bound}"
 
     async def close(self) -> None:

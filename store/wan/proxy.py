@@ -363,7 +363,7 @@ class WanProxy:
             link.server = await self.loop.create_server(
                 accept, listen.host, listen.port, reuse_address=True, backlog=LISTEN_BACKLOG
             )
-            port = link.server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            port = link.server.sockets[0].getsockname()[1]
             link.bound = Address(listen.host, port)
 
     async def close(self) -> None:

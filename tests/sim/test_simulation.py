@@ -153,3 +153,28 @@ def test_the_durability_oracle_catches_a_premature_commit(monkeypatch) -> None:
     monkeypatch.setattr(ShardLeader, "durable_watermark", lambda self: self.watermark.watermark)
     summary = run_many(list(range(5)), SimOptions(regions=3, loss=0.05, partitions=True, duration_ms=800))
     assert "committed-before-durable" in summary["anomaly_kinds"]
+
+
+def test_a_broken_invariant_stops_the_simulated_server(monkeypatch) -> None:
+    """As in production (store/node/host.py): an exception out of a replica stops its
+    server — it serves nothing more — and the run reports the assertion."""
+    from store.core.replica import ShardLeader
+
+    def broken(self, now_ns, src, message) -> None:  # type: ignore[no-untyped-def]
+        raise AssertionError("an invariant broken on purpose")
+
+    monkeypatch.setattr(ShardLeader, "_on_gossip", broken)
+    result = run_seed(3, SimOptions(duration_ms=100, settle_ms=300))
+    assert "invariant-broken" in result.anomaly_kinds
+    assert "an invariant broken on purpose" in str(result.details["invariant-broken"])
+
+
+def test_a_peer_request_left_unanswered_breaks_the_reply_rule(monkeypatch) -> None:
+    """Replicas answer a peer request inside the handle call that received it (the reply
+    travels as the RPC response); the host checks it and stops on a request left over."""
+    from store.core.replica import ShardLeader
+
+    monkeypatch.setattr(ShardLeader, "_on_validate_request", lambda self, now_ns, src, message: None)
+    result = run_seed(3, SimOptions(duration_ms=100, settle_ms=300))
+    assert "invariant-broken" in result.anomaly_kinds
+    assert "got no reply within its handle call" in str(result.details["invariant-broken"])
