@@ -289,26 +289,34 @@ class PartitionNemesis:
         self.long_strikes = 0
 
     def start(self) -> None:
-        self.sim.after(self.sim.rng.randrange(20 * MS, 100 * MS), self._strike, 0)
+        self.sim.after(self.sim.rng.randrange(20 * MS, 100 * MS), self._strike)
 
-    def _strike(self, waited: int) -> None:
+    def _strike(self) -> None:
         sim, network = self.sim, self.network
         if sim.now_ns >= self.stop_at:
             return
         if self.by_region and sim.rng.random() < 0.5:
             region = sim.rng.choice(self.cluster.regions)
             inside = [a for a in network.addresses() if network.region_of(a) == region]
+            self._cut(inside, one_way=False)
         else:
-            targets = self._about_to_install()
-            if not targets and waited < self.TARGET_WAIT_STEPS:
-                sim.after(self.TARGET_WAIT_STEP_NS, self._strike, waited + 1)
-                return
-            targets = targets or [
-                leader.address for leader in self.cluster.leaders if leader.participant.held_count()
-            ]
-            inside = [sim.rng.choice(targets or self.cluster.leader_addresses)]
+            self._strike_leader(0)
+
+    def _strike_leader(self, waited: int) -> None:
+        targets = self._about_to_install()
+        if not targets and waited < self.TARGET_WAIT_STEPS:
+            self.sim.after(self.TARGET_WAIT_STEP_NS, self._strike_leader, waited + 1)
+            return
+        targets = targets or [
+            leader.address for leader in self.cluster.leaders if leader.participant.held_count()
+        ]
+        chosen = self.sim.rng.choice(targets or self.cluster.leader_addresses)
+        self._cut([chosen], one_way=self.sim.rng.random() < 0.5)
+
+    def _cut(self, inside: list[str], one_way: bool) -> None:
+        sim, network = self.sim, self.network
         outside = [a for a in network.addresses() if a not in inside]
-        if len(inside) == 1 and sim.rng.random() < 0.5:
+        if one_way:
             network.block(outside, inside)
         else:
             network.partition(inside, outside)
@@ -332,7 +340,7 @@ class PartitionNemesis:
 
     def _heal(self) -> None:
         self.network.heal()
-        self.sim.after(self.sim.rng.randrange(50 * MS, 300 * MS), self._strike, 0)
+        self.sim.after(self.sim.rng.randrange(50 * MS, 300 * MS), self._strike)
 
 
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
