@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 
+from store.core.cm import ClusterMap, ConfigReply, GetConfig, Heartbeat
 from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import (
     AbortReply,
@@ -82,6 +83,12 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         17, m.req_id, m.shard, m.values, [[list(p) for p in scan] for scan in m.scans],
         _vc(m.vw), m.applied_slots,
     ],
+    Heartbeat: lambda m: [
+        18, m.address, m.shard, m.role, m.epoch, m.delivered, m.fvw_epoch + 1,
+        [[e, w] for e, w in m.finalized],
+    ],
+    GetConfig: lambda m: [19, m.req_id],
+    ConfigReply: lambda m: [20, m.req_id, m.cluster_map.to_wire(), m.cm_leader],
 }
 
 
@@ -219,10 +226,40 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
                                 _clock(f[4]), _int(f[5], "watermark"), _clock(f[6]))),
     15: (3, lambda f: Gossip(_int(f[1], "shard"), _watermarks(f[2]))),
     16: (4, lambda f: SnapshotRead(_int(f[1], "req_id"), _strs(f[2], "keys"), _scan_ranges(f[3]))),
+    18: (8, lambda f: Heartbeat(_str(f[1], "address"), _int(f[2], "shard"), _int(f[3], "role"),
+                                _int(f[4], "epoch"), _int(f[5], "delivered"),
+                                _int(f[6], "fvw_epoch") - 1, _epoch_marks(f[7]))),
+    19: (2, lambda f: GetConfig(_int(f[1], "req_id"))),
+    20: (4, lambda f: ConfigReply(_int(f[1], "req_id"), _cluster_map(f[2]),
+                                  _str(f[3], "cm_leader"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),
                                     _list(f[3], "values"), _pairs_lists(f[4]), _clock(f[5]),
                                     _int(f[6], "applied_slots"))),
 }
+
+
+def _cluster_map(value: Any) -> ClusterMap:
+    raw = _list(value, "cluster map")
+    if len(raw) != 4:
+        raise _bad("a cluster map is [epoch, leaders, followers, fvw]")
+    leaders = _strs(raw[1], "leaders")
+    followers = [_strs(f, "followers") for f in _list(raw[2], "followers")]
+    if len(followers) != len(leaders) or not leaders:
+        raise _bad("a cluster map has followers for each of its shards")
+    fvw: dict[int, dict[int, int]] = {}
+    for item in _list(raw[3], "fvw"):
+        item = _list(item, "fvw item")
+        if len(item) != 2:
+            raise _bad("an fvw item is [epoch, [[shard, watermark], ...]]")
+        marks = _watermarks(item[1])
+        if set(marks) != set(range(len(leaders))):
+            raise _bad("an fvw names every shard")
+        fvw[_int(item[0], "epoch")] = marks
+    return ClusterMap(_int(raw[0], "epoch"), leaders, followers, fvw)
+
+
+def _epoch_marks(value: Any) -> list[tuple[int, int]]:
+    return sorted(_watermarks(value).items())
 
 
 def _pairs_lists(value: Any) -> list[list[tuple[str, Any]]]:

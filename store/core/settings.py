@@ -35,6 +35,13 @@ class Settings:
     # knowledge spreads epidemically at O(S * fanout) messages per interval, not O(S^2).
     gossip_interval_ns: int = 5 * MS
     gossip_fanout: int = 8
+    # Failure detection (docs/recovery.md): every replica heartbeats to the configuration
+    # manager each heartbeat_interval_ns; a shard leader silent for leader_timeout_ns is
+    # replaced. A CM member takes the CM over after cm_timeout_ns (times its rank) without
+    # hearing the CM's leader. Scale these with the round trip between regions.
+    heartbeat_interval_ns: int = 100 * MS
+    leader_timeout_ns: int = 1000 * MS
+    cm_timeout_ns: int = 1000 * MS
     # Garbage collection of versions nobody can read.
     gc_interval_ns: int = 50 * MS
     # Keys one garbage-collection pass visits at most, so a pass never stalls the server.

@@ -64,6 +64,7 @@ def _entry_pb(out: Any, entry: Entry) -> None:
         item = out.vw.add()
         item.shard = shard
         item.counter = counter
+    out.epoch = entry.epoch
 
 
 def message_to_pb(message: PaxosMessage) -> Any:
@@ -159,7 +160,8 @@ def _entry(value: Any) -> Entry:
         except Exception as exc:  # garbage of any shape means one thing
             raise _bad(f"record is not msgpack ({type(exc).__name__})") from None
     return Entry(
-        kind, records, list(value.counters), _clock(value.vc), value.watermark, _clock(value.vw)
+        kind, records, list(value.counters), _clock(value.vc), value.watermark, _clock(value.vw),
+        value.epoch,
     )
 
 

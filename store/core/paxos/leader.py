@@ -56,8 +56,6 @@ from store.core.paxos.messages import (
 )
 from store.core.paxos.types import (
     DEFAULT_STREAM_SETTINGS,
-    INF,
-    NOOP,
     Ballot,
     Entry,
     EntryKind,
@@ -87,6 +85,7 @@ class StreamLeader:
         first_slot: int = 0,
         known_chosen: Mapping[int, Entry] | None = None,
         counters_in_order: bool = False,
+        epoch: int = 0,
     ) -> None:
         """A leader of ``stream`` at ``address``; ``peers`` are the acceptors of the other
         regions. ``acceptor`` is this region's acceptor (a fresh one by default; on takeover,
@@ -98,6 +97,9 @@ class StreamLeader:
         never draws a counter for this stream that it appends later out of order (Mako's
         assumption), so each appended counter is also the stream watermark. Otherwise the
         replica raises the watermark itself with ``advance_watermark``.
+
+        ``epoch``: the epoch entries are stamped with (``set_epoch`` moves it on); a leader
+        taking a stream over fills holes with no-ops of the epoch it is ending.
         """
         assert ballot.leader == address, "a ballot names its leader"
         assert address not in peers
@@ -110,6 +112,7 @@ class StreamLeader:
         self.quorum = (len(self.peers) + 1) // 2 + 1
         self.acceptor = acceptor if acceptor is not None else Acceptor(stream, settings)
         self.counters_in_order = counters_in_order
+        self.epoch = epoch
         self.phase = Phase.PREPARING
         self.deposed_by: Ballot | None = None
         self.first_slot = first_slot
@@ -183,10 +186,17 @@ class StreamLeader:
         self._vector_watermark = self._vector_watermark.merge(vw)
 
     def append_inf(self, now_ns: int) -> None:
-        """Ends the epoch on this stream: the open batch, then an INF marker (DESIGN.md §5)."""
+        """Ends the epoch on this stream: the open batch, then an INF marker (DESIGN.md §5),
+        both of the current epoch. ``set_epoch`` then starts the next one."""
         self._close_batch()
-        self._enqueue(INF)
+        self._enqueue(Entry(EntryKind.INF, epoch=self.epoch))
         self._pump(now_ns)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Entries closed from now on belong to ``epoch``."""
+        assert epoch >= self.epoch
+        self._close_batch()
+        self.epoch = epoch
 
     def forget_before(self, slot: int) -> None:
         """Drops chosen entries below ``slot`` from the log served to lagging learners."""
@@ -232,7 +242,11 @@ class StreamLeader:
             and now_ns >= self._last_proposed_at + self.settings.heartbeat_interval_ns
         ):
             self._propose(
-                now_ns, Entry(EntryKind.BATCH, watermark=self._watermark, vw=self._vector_watermark)
+                now_ns,
+                Entry(
+                    EntryKind.BATCH, watermark=self._watermark, vw=self._vector_watermark,
+                    epoch=self.epoch,
+                ),
             )
             self.heartbeats_proposed += 1
         self._retransmit(now_ns)
@@ -312,14 +326,15 @@ class StreamLeader:
         end = max(self._found, default=self.first_slot - 1) + 1
         # Re-proposals and no-ops go to the head of the queue in slot order; the queue
         # hands out slots in order from first_slot, so each lands in its own slot.
+        noop = Entry(EntryKind.NOOP, epoch=self.epoch)
         takeover = [
-            self._found[slot][1] if slot in self._found else NOOP
+            self._found[slot][1] if slot in self._found else noop
             for slot in range(self.first_slot, end)
         ]
         for entry in reversed(takeover):
             self._queue.appendleft(entry)
             self._queued_records += len(entry.records)
-        self.noops_proposed += sum(1 for entry in takeover if entry is NOOP)
+        self.noops_proposed += sum(1 for entry in takeover if entry is noop)
         self._found.clear()
         self._pump(now_ns)
 
@@ -331,7 +346,7 @@ class StreamLeader:
             return
         entry = Entry(
             EntryKind.BATCH, self._records, self._counters, self._vc, self._watermark,
-            self._vector_watermark,
+            self._vector_watermark, self.epoch,
         )
         self._records, self._counters, self._vc = [], [], EMPTY
         self._enqueue(entry)

@@ -144,7 +144,7 @@ _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 def entry_to_wire(entry: Entry) -> list[Any]:
     return [int(entry.kind), list(entry.records), list(entry.counters), entry.vc.to_wire(),
-            entry.watermark, entry.vw.to_wire()]
+            entry.watermark, entry.vw.to_wire(), entry.epoch]
 
 
 def _ballot(ballot: Ballot) -> list[Any]:
@@ -199,8 +199,8 @@ def _decode_ballot(value: Any) -> Ballot:
 
 def entry_from_wire(value: Any) -> Entry:
     raw = _list(value, "entry")
-    if len(raw) != 6:
-        raise _bad("an entry is [kind, records, counters, vc, watermark, vw]")
+    if len(raw) != 7:
+        raise _bad("an entry is [kind, records, counters, vc, watermark, vw, epoch]")
     kind_value = _int(raw[0], "entry kind")
     if kind_value not in EntryKind._value2member_map_:
         raise _bad(f"unknown entry kind {kind_value}")
@@ -212,7 +212,7 @@ def entry_from_wire(value: Any) -> Entry:
     if kind != EntryKind.BATCH and records:
         raise _bad("a no-op or INF entry carries no records")
     return Entry(kind, records, counters, VectorClock.from_wire(raw[3]),
-                 _int(raw[4], "watermark"), VectorClock.from_wire(raw[5]))
+                 _int(raw[4], "watermark"), VectorClock.from_wire(raw[5]), _int(raw[6], "epoch"))
 
 
 def _accepted(value: Any) -> list[tuple[int, Ballot, Entry]]:

@@ -49,9 +49,11 @@ class Entry:
     this entry or an earlier one (see ``StreamLeader.advance_watermark``). ``vw`` is the
     leader replica's vector watermark when the entry was closed: followers learn the other
     shards' watermarks from it, in stream order (``StreamLeader.advance_vector_watermark``).
+    ``epoch`` is the epoch the leader was in when it closed the entry (DESIGN.md §5): a
+    marker ends that epoch on the stream, entries of a later epoch begin the next one.
     """
 
-    __slots__ = ("counter_max", "counters", "kind", "records", "vc", "vw", "watermark")
+    __slots__ = ("counter_max", "counters", "epoch", "kind", "records", "vc", "vw", "watermark")
 
     def __init__(
         self,
@@ -61,6 +63,7 @@ class Entry:
         vc: VectorClock = EMPTY,
         watermark: int = 0,
         vw: VectorClock = EMPTY,
+        epoch: int = 0,
     ) -> None:
         assert len(records) == len(counters), "one counter per record"
         assert kind == EntryKind.BATCH or not records, "markers carry no records"
@@ -71,6 +74,7 @@ class Entry:
         self.counter_max = max(self.counters, default=0)
         self.watermark = watermark
         self.vw = vw
+        self.epoch = epoch
 
     @property
     def is_heartbeat(self) -> bool:
@@ -85,16 +89,17 @@ class Entry:
             and self.vc == other.vc
             and self.watermark == other.watermark
             and self.vw == other.vw
+            and self.epoch == other.epoch
         )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         if self.kind != EntryKind.BATCH:
-            return f"Entry({self.kind.name})"
+            return f"Entry({self.kind.name}, epoch={self.epoch})"
         return (
             f"Entry(records={len(self.records)}, counter_max={self.counter_max}, "
-            f"vc={self.vc!r}, watermark={self.watermark})"
+            f"vc={self.vc!r}, watermark={self.watermark}, epoch={self.epoch})"
         )
 
 
