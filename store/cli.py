@@ -29,6 +29,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         wan_rtt_ms=args.wan_rtt_ms,
         scan_fraction=args.scan_fraction,
         snapshot_fraction=args.snapshot_fraction,
+        crashes=args.crashes,
     )
 
 
@@ -103,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--reorder", type=float, help="chance a message is held back (default 0.05)")
     sim.add_argument("--duration-ms", type=int, default=400, help="virtual time under load")
     sim.add_argument("--partitions", action="store_true", help="add a partition nemesis")
+    sim.add_argument(
+        "--crashes", action="store_true",
+        help="crash shard leaders during the load (with --regions 3: followers take over)",
+    )
     sim.add_argument(
         "--regions", type=int, choices=[1, 3], default=1,
         help="3: every shard also has followers in two more regions, 50 ms round trips away",

@@ -11,9 +11,12 @@ Payloads are ``store.core.codec`` messages:
   follower's vector watermark (only committed transactions).
 * ``STATUS``: an empty request; the response is a msgpack map of the server's health and
   counters.
+* ``CONFIG``: a ``GetConfig`` for a configuration manager member; the response is a
+  ``ConfigReply`` with the cluster map (docs/recovery.md).
 """
 
 SUBMIT = 1
 PEER = 2
 STATUS = 3
 SNAPSHOT = 4
+CONFIG = 5

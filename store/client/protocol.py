@@ -35,6 +35,11 @@ The rules, in one place:
   ``OutcomeUnknown``, carrying a ``PendingTxn`` that ``resume`` asks for again (same id).
 * A caller who wants the committed result does not ask for the certified one (it would cost
   a second request); ``run_speculative`` and ``run_detailed`` ask for both.
+* Leaders change (docs/recovery.md). When a shard's leader is unreachable or says it no
+  longer leads (``Unavailable``: the transaction did not run), the client asks the
+  configuration manager's members for the cluster map (``refresh_config``) and, if a member
+  answered, runs the transaction again under a new id, up to ``unavailable_retries_max``
+  times. A transaction whose leader died after it was sent stays ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Any, TypeVar
 
 from store import wire
 from store.core import codec
+from store.core.cm import ConfigReply, GetConfig
 from store.core.errors import (
     ERROR_OF_STATUS,
     Aborted,
@@ -114,6 +120,7 @@ class ClientSettings:
     backoff_max_s: float = 0.1
     in_flight_max: int = 256  # transactions this client has outstanding at once
     connect_timeout_s: float = 2.0
+    unavailable_retries_max: int = 10  # runs again after the map changed (new leaders)
 
 
 @dataclass(frozen=True)
@@ -127,15 +134,19 @@ class TxnResult:
     certified_s: float
     committed_s: float | None
     attempts: int
+    txn: tuple[str, int] = ("", 0)  # (client id, sequence number): the transaction's id
 
 
 @dataclass
 class PendingTxn:
-    """A submission whose outcome is not known; ``resume`` asks for it again."""
+    """A submission whose outcome is not known; ``resume`` asks for it again — of the
+    leader it was sent to (``leader``): another would not know the id, and could run it
+    twice (docs/recovery.md)."""
 
     shard: int
     submit: Submit
     started: float
+    leader: Address = None
 
 
 class ClientProtocol:
@@ -149,9 +160,13 @@ class ClientProtocol:
         settings: ClientSettings,
         clock: Callable[[], float],
         rng: random.Random,
+        cm_members: Sequence[Address] = (),
     ) -> None:
         self.client_id = client_id
         self.leaders = list(leaders)
+        self.cm_members = list(cm_members)
+        self.epoch = -1  # of the cluster map the leaders come from (-1: the cluster file's)
+        self._config_ids = itertools.count(1)
         self.partitioner = partitioner
         self.settings = settings
         self.clock = clock
@@ -174,7 +189,7 @@ class ClientProtocol:
 
     def new_pending(self, shard: int, procedure: str, args: list[Any]) -> PendingTxn:
         submit = Submit(self.client_id, next(self._seq), procedure, args, True)
-        return PendingTxn(shard, submit, self.clock())
+        return PendingTxn(shard, submit, self.clock(), self.leaders[shard])
 
     # ---- transactions --------------------------------------------------------------------
 
@@ -183,6 +198,7 @@ class ClientProtocol:
     ) -> Steps[TxnResult]:
         """Runs a transaction, retrying conflicts under new ids (``Client.run`` and kin)."""
         backoff = self.settings.backoff_initial_s
+        unavailable = 0
         for attempt in itertools.count(1):
             pending = self.new_pending(shard, procedure, args)
             try:
@@ -190,9 +206,39 @@ class ClientProtocol:
             except Aborted:
                 if attempt > self.settings.retries_max:
                     raise
+            except Unavailable:
+                unavailable += 1
+                if unavailable > self.settings.unavailable_retries_max or not self.cm_members:
+                    raise
+                if not (yield from self.refresh_config()):
+                    raise
             yield Sleep(backoff * (0.5 + self.rng.random()))
             backoff = min(backoff * 2, self.settings.backoff_max_s)
         raise AssertionError("unreachable")
+
+    def refresh_config(self) -> Steps[bool]:
+        """Asks the configuration manager's members, in turn, for the cluster map; adopts
+        it if newer. True if a member answered."""
+        for member in self.cm_members:
+            try:
+                yield Connect(member, self.settings.connect_timeout_s)
+                request = GetConfig(next(self._config_ids))
+                answer = yield Call(
+                    member, wire.CONFIG, codec.encode(request), self.settings.attempt_timeout_s
+                )
+                reply = codec.decode(answer)
+            except (RpcError, InvalidRequest) as exc:
+                if isinstance(exc, SessionError):
+                    yield ForgetSession(member)
+                continue
+            if not isinstance(reply, ConfigReply) or reply.req_id != request.req_id:
+                continue
+            cluster_map = reply.cluster_map
+            if cluster_map.shards == len(self.leaders) and cluster_map.epoch > self.epoch:
+                self.epoch = cluster_map.epoch
+                self.leaders = list(cluster_map.leaders)
+            return True
+        return False
 
     def run_pipelined(
         self, shard: int, procedure: str, args: list[Any]
@@ -207,12 +253,14 @@ class ClientProtocol:
             status = Status(outcome.status)
             if status == Status.CERTIFIED:
                 certified = TxnResult(
-                    outcome.result, "certified", outcome.vc, certified_s, None, attempt
+                    outcome.result, "certified", outcome.vc, certified_s, None, attempt,
+                    _txn_id(pending),
                 )
                 return certified, pending
             if status == Status.COMMITTED:
                 committed = TxnResult(
-                    outcome.result, "committed", outcome.vc, certified_s, certified_s, attempt
+                    outcome.result, "committed", outcome.vc, certified_s, certified_s, attempt,
+                    _txn_id(pending),
                 )
                 return committed, None
             if status != Status.ABORTED or attempt > self.settings.retries_max:
@@ -229,7 +277,7 @@ class ClientProtocol:
         result = certified.result if outcome.result is None else outcome.result
         return TxnResult(
             result, "committed", outcome.vc, certified.certified_s,
-            self.clock() - pending.started, certified.attempts,
+            self.clock() - pending.started, certified.attempts, _txn_id(pending),
         )
 
     def resume(self, pending: PendingTxn, speculative: bool) -> Steps[TxnResult]:
@@ -245,7 +293,10 @@ class ClientProtocol:
         certified_s = self.clock() - pending.started
         if outcome.status == Status.CERTIFIED:
             if speculative:
-                return TxnResult(outcome.result, "certified", outcome.vc, certified_s, None, attempt)
+                return TxnResult(
+                    outcome.result, "certified", outcome.vc, certified_s, None, attempt,
+                    _txn_id(pending),
+                )
             result = outcome.result
             outcome = yield from self.exchange(pending, want_certified=False)
             if outcome.status == Status.COMMITTED and outcome.result is None:
@@ -254,7 +305,7 @@ class ClientProtocol:
             committed_s = self.clock() - pending.started
             return TxnResult(
                 outcome.result, "committed", outcome.vc, min(certified_s, committed_s),
-                committed_s, attempt,
+                committed_s, attempt, _txn_id(pending),
             )
         raise _error(outcome)
 
@@ -267,7 +318,7 @@ class ClientProtocol:
             original.client_id, original.seq, original.procedure, original.args, want_certified
         )
         payload = codec.encode(submit)
-        address = self.leaders[pending.shard]
+        address = pending.leader if pending.leader is not None else self.leaders[pending.shard]
         sent = False
         backoff = settings.backoff_initial_s
         while True:
@@ -335,6 +386,10 @@ class ClientProtocol:
         if not isinstance(reply, SnapshotReply) or reply.req_id != request.req_id:
             raise Unavailable(f"follower {address} of shard {shard} answered oddly")
         return reply
+
+
+def _txn_id(pending: PendingTxn) -> tuple[str, int]:
+    return pending.submit.client_id, pending.submit.seq
 
 
 def _error(outcome: Outcome) -> Exception:

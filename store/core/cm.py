@@ -50,7 +50,7 @@ from store.core.paxos import (
     StreamSettings,
 )
 from store.core.paxos import Accept as PaxosAccept
-from store.core.replica import Ready
+from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.vclock import EMPTY
 
@@ -204,6 +204,9 @@ class ConfigReply(Message):
 class ConfigMember:
     """One CM member (see the module doc). Pure: ``handle``, ``tick``, ``ready``."""
 
+    ANSWERS: tuple[type[Message], ...] = (GetConfig,)
+    ONE_WAY: tuple[type[Message], ...] = (Heartbeat,)
+
     def __init__(
         self,
         address: str,
@@ -348,9 +351,9 @@ class ConfigMember:
 
     def _settled(self, proposal: tuple[Any, ...]) -> bool:
         if proposal[0] == "failover":
-            return self.map.epoch >= proposal[4]
+            return bool(self.map.epoch >= proposal[4])
         epoch, shard = proposal[1], proposal[2]
-        return epoch in self.map.fvw or shard in self.map.finalized.get(epoch, {})
+        return bool(epoch in self.map.fvw or shard in self.map.finalized.get(epoch, {}))
 
     # ---- failure detection and distribution ----------------------------------------------
 

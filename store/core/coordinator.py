@@ -18,6 +18,13 @@ Requests to other shards are retransmitted until answered (the participant side 
 idempotent), so lost, duplicated and reordered messages are harmless. Before the decision,
 a shard that does not answer within ``peer_attempts_max`` tries aborts the transaction; after
 it, installs are retried until acknowledged, because the outcome is already decided.
+
+Epochs (docs/recovery.md). A transaction belongs to the epoch it was submitted in. When the
+coordinator enters a new epoch (``begin_epoch``) it aborts its older transactions that are
+not decided, stops retrying the installs of decided ones (a participant that had not
+installed has aborted on its own, and recovery rolls the transaction back), and from then
+on answers an older transaction only by its epoch's FVW (``resolve_epoch``): COMMITTED if
+its clock is at or below it, ROLLED_BACK if not — never by a watermark of a later epoch.
 """
 
 from __future__ import annotations
@@ -56,6 +63,9 @@ from store.core.txn import Procedures, ReadBatch, Tx, UserAbort
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import VectorWatermark
 
+# A coordinator's transaction ids in epoch e start at (e << TXN_SEQ_EPOCH_SHIFT) + 1.
+TXN_SEQ_EPOCH_SHIFT = 28
+
 EXECUTING = 1
 LOCKING = 2
 VALIDATING = 3
@@ -79,6 +89,8 @@ class Certification:
     reads: list[tuple[str, int]]
     scans: list[tuple[int, str, str, int, list[str]]]
     writes: list[str]
+    client: tuple[str, int]  # (client_id, seq): the id the client knows it by
+    epoch: int
 
 
 CertifiedObserver = Callable[[Certification], None]
@@ -96,6 +108,7 @@ class _Txn:
         "counters",
         "deps",
         "durable",
+        "epoch",
         "full_vc",
         "phase",
         "read_count",
@@ -115,8 +128,9 @@ class _Txn:
         "write_shards",
     )
 
-    def __init__(self, txn_id: int, submit: Submit, reply_to: str, tx: Tx) -> None:
+    def __init__(self, txn_id: int, submit: Submit, reply_to: str, tx: Tx, epoch: int) -> None:
         self.txn_id = txn_id
+        self.epoch = epoch
         self.client_id = submit.client_id
         self.seq = submit.seq
         self.want_certified = submit.want_certified
@@ -187,7 +201,14 @@ class Coordinator:
         self._awaiting_commit: dict[int, _Txn] = {}
         self._blocked_on: dict[int, list[tuple[int, int]]] = {}
         # gave_up: undecided transactions ended because a participant stayed unreachable.
-        self.counters = {"certified": 0, "committed": 0, "aborted": 0, "solo": 0, "gave_up": 0}
+        self.counters = {
+            "certified": 0, "committed": 0, "aborted": 0, "solo": 0, "gave_up": 0,
+            "rolled_back": 0,
+        }
+        # Epochs (docs/recovery.md): transactions of ended epochs waiting for their FVW, and
+        # the FVWs known.
+        self._awaiting_fvw: dict[int, dict[int, _Txn]] = {}
+        self._fvw: dict[int, dict[int, int]] = {}
         # Whether the replica can take more work now (its replication stream's backlog).
         self.admits: Callable[[], bool] = lambda: True
 
@@ -217,7 +238,7 @@ class Coordinator:
         txn_id = (self._next_seq << 16) | self.coordinator_id
         self._next_seq += 1
         tx = Tx(self.settings)
-        txn = _Txn(txn_id, submit, src, tx)
+        txn = _Txn(txn_id, submit, src, tx, self.epoch)
         try:
             txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
         except UnknownProcedure as exc:
@@ -407,7 +428,7 @@ class Coordinator:
             self.counters["solo"] += 1
             if shard == self.shard:
                 clocks = self.participant.certify_solo(
-                    txn.txn_id, reads, scans, writes, txn.read_vc, self.epoch
+                    txn.txn_id, reads, scans, writes, txn.read_vc, txn.epoch
                 )
                 if clocks is None:
                     self._aborted(txn, "conflict")
@@ -419,7 +440,7 @@ class Coordinator:
                     now_ns,
                     txn.txn_id,
                     shard,
-                    SoloRequest(txn.txn_id, reads, scans, writes, txn.read_vc, self.epoch),
+                    SoloRequest(txn.txn_id, reads, scans, writes, txn.read_vc, txn.epoch),
                 )
             return
         if not txn.write_shards:
@@ -429,7 +450,7 @@ class Coordinator:
         for shard, writes in sorted(txn.write_shards.items()):
             keys = [key for key, _, _ in writes]
             if shard == self.shard:
-                ok, counter, deps = self.participant.lock(txn.txn_id, keys)
+                ok, counter, deps = self.participant.lock(txn.txn_id, keys, txn.epoch)
                 if not ok:
                     self._abort_everywhere(now_ns, txn, "lock conflict")
                     return
@@ -437,7 +458,7 @@ class Coordinator:
                 txn.deps = txn.deps.merge(deps)
             else:
                 txn.waiting.add(shard)
-                self._request(now_ns, txn.txn_id, shard, LockRequest(txn.txn_id, keys))
+                self._request(now_ns, txn.txn_id, shard, LockRequest(txn.txn_id, keys, txn.epoch))
         if not txn.waiting:
             self._start_validation(now_ns, txn)
 
@@ -474,13 +495,14 @@ class Coordinator:
             reads = list(txn.reads.get(shard, {}).items())
             scans = txn.scans.get(shard, [])
             if shard == self.shard:
-                if not self.participant.validate(txn.txn_id, reads, scans, txn.vc):
+                if not self.participant.validate(txn.txn_id, reads, scans, txn.vc, txn.epoch):
                     self._abort_everywhere(now_ns, txn, "validation failed")
                     return
             else:
                 txn.waiting.add(shard)
                 self._request(
-                    now_ns, txn.txn_id, shard, ValidateRequest(txn.txn_id, reads, scans, txn.vc)
+                    now_ns, txn.txn_id, shard,
+                    ValidateRequest(txn.txn_id, reads, scans, txn.vc, txn.epoch),
                 )
         if not txn.waiting:
             self._decide(now_ns, txn)
@@ -502,14 +524,14 @@ class Coordinator:
         txn.phase = DECIDED
         for shard, writes in sorted(txn.write_shards.items()):
             if shard == self.shard:
-                self.participant.install(txn.txn_id, writes, txn.vc, self.epoch)
+                self.participant.install(txn.txn_id, writes, txn.vc, txn.epoch)
             else:
                 txn.waiting.add(shard)
                 self._request(
                     now_ns,
                     txn.txn_id,
                     shard,
-                    InstallRequest(txn.txn_id, writes, txn.vc, self.epoch, txn.durable),
+                    InstallRequest(txn.txn_id, writes, txn.vc, txn.epoch, txn.durable),
                 )
         self._certified(now_ns, txn, txn.vc, txn.full_vc)
 
@@ -556,7 +578,10 @@ class Coordinator:
                 for lo, hi, limit, seen in recorded
             ]
             self._observer(
-                Certification(txn.txn_id, vc, full, txn.read_from, scans, list(txn.tx.writes))
+                Certification(
+                    txn.txn_id, vc, full, txn.read_from, scans, list(txn.tx.writes),
+                    (txn.client_id, txn.seq), txn.epoch,
+                )
             )
         self._awaiting_commit[txn.txn_id] = txn
         # A transaction already durable (a read of durable data, say) is answered COMMITTED
@@ -566,6 +591,8 @@ class Coordinator:
 
     def _wait_or_commit(self, txn: _Txn) -> bool:
         """Commits ``txn`` if its clock is under the watermark; True if it must wait."""
+        if txn.epoch < self.epoch:
+            return self._wait_for_fvw(txn)
         watermark = self.vw.entries
         for shard, counter in txn.vc.items():
             if counter > watermark.get(shard, 0):
@@ -576,6 +603,53 @@ class Coordinator:
         self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
         self._forget_if_done(txn)
         return False
+
+    # ---- epochs (docs/recovery.md) -------------------------------------------------------
+
+    def begin_epoch(self, now_ns: int, epoch: int) -> None:
+        """Enters ``epoch`` (see the module doc)."""
+        assert epoch > self.epoch
+        self.epoch = epoch
+        # Transaction ids of a new epoch never repeat an old one's, even when a new leader
+        # of this shard (a promoted follower) coordinates under the same coordinator id.
+        self._next_seq = max(self._next_seq, (epoch << TXN_SEQ_EPOCH_SHIFT) + 1)
+        for txn in list(self._txns.values()):
+            if txn.epoch >= epoch:
+                continue
+            if txn.phase == EXECUTING:
+                txn.coro.close()
+                self._end_before_certify(txn, Status.ABORTED, "the epoch changed")
+            elif txn.phase in (LOCKING, VALIDATING):
+                self._abort_everywhere(now_ns, txn, "the epoch changed")
+            elif txn.phase == DECIDED:
+                for shard in txn.waiting:
+                    self._pending.pop((txn.txn_id, shard), None)
+                txn.waiting.clear()
+                awaiting = self._awaiting_commit.pop(txn.txn_id, None)
+                if awaiting is not None:
+                    self._wait_for_fvw(txn)
+                self._forget_if_done(txn)
+
+    def _wait_for_fvw(self, txn: _Txn) -> bool:
+        fvw = self._fvw.get(txn.epoch)
+        if fvw is None:
+            self._awaiting_fvw.setdefault(txn.epoch, {})[txn.txn_id] = txn
+            return True
+        self._awaiting_commit.pop(txn.txn_id, None)
+        if txn.vc.le_watermark(fvw):
+            self.counters["committed"] += 1
+            self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
+        else:
+            self.counters["rolled_back"] += 1
+            self._finish_client(txn, Status.ROLLED_BACK, None, "rolled back by recovery")
+        self._forget_if_done(txn)
+        return False
+
+    def resolve_epoch(self, epoch: int, fvw: dict[int, int]) -> None:
+        """The FVW of ``epoch`` is known: its waiting transactions get their answer."""
+        self._fvw[epoch] = dict(fvw)
+        for txn in list(self._awaiting_fvw.pop(epoch, {}).values()):
+            self._wait_for_fvw(txn)
 
     def check_commits(self, shard: int | None = None) -> None:
         """Tells clients COMMITTED for every certified transaction now under the watermark.
@@ -656,6 +730,11 @@ class Coordinator:
             self._send(shard, message)
 
     # ---- introspection -------------------------------------------------------------------
+
+    def knows(self, client_id: str, seq: int) -> bool:
+        """Whether this coordinator has run (or is running) that transaction id."""
+        key = (client_id, seq)
+        return key in self._outcomes or key in self._by_client
 
     def in_flight(self) -> int:
         return len(self._by_client)

@@ -27,18 +27,25 @@ every follower involved can serve consistently; that is not built yet (docs/desi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from store.core.cm import FOLLOWER, ClusterMap, ConfigReply, Heartbeat
+from store.core.epoch import StreamEpochs, counter_base
 from store.core.messages import Message
+from store.core.partition import Partitioner
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
-    EntryKind,
+    Entry,
     PaxosMessage,
     StreamFollower,
     StreamSettings,
 )
-from store.core.replica import Probe, Ready
+from store.core.ready import Ready
+from store.core.replica import Probe, ShardLeader, Takeover
+from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import VersionedStore
+from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 
 
@@ -77,6 +84,9 @@ class SnapshotReply(Message):
 
 
 class ShardFollower:
+    ANSWERS: tuple[type[Message], ...] = (SnapshotRead,)
+    ONE_WAY: tuple[type[Message], ...] = (ConfigReply,)
+
     def __init__(
         self,
         shard: int,
@@ -85,20 +95,46 @@ class ShardFollower:
         *,
         now_ns: int = 0,
         probe: Probe | None = None,
+        cm_members: Sequence[str] = (),
+        settings: Settings = DEFAULT_SETTINGS,
+        partitioner: Partitioner | None = None,
+        procedures: Procedures | None = None,
     ) -> None:
         self.shard = shard
         self.address = address
         self._probe = probe
         self.stream = StreamFollower(shard, stream_settings)
         self.stream_settings = stream_settings
+        self.settings = settings
+        self.partitioner = partitioner
+        self.procedures = procedures
         self.store = VersionedStore()
         self.vw = EMPTY
         self.applied_slots = 0
         self.applied_records = 0
-        self.skipped_writes = 0
         self._outbox: list[tuple[str, Message]] = []
         self._wake_at: int | None = None
         self.dropped_messages = 0
+        # Epochs (docs/recovery.md).
+        self.epoch = 0
+        self.cm_members = list(cm_members)
+        self.map: ClusterMap | None = None
+        self.epochs = StreamEpochs()
+        self.fvw_applied = -1
+        self.rolled_back = 0
+        # Replayed transactions not yet visible, by epoch (rolled back by its FVW if above).
+        self._speculative: dict[int, list[tuple[int, VectorClock, list[str]]]] = {}
+        # What an entry lets this follower show, held while an earlier epoch's FVW is not
+        # applied here: (entry epoch, watermark, vw).
+        self._held_visibility: list[tuple[int, int, VectorClock]] = []
+        # Recently delivered entries, handed to the stream if this follower takes it over.
+        self._recent: dict[int, Entry] = {}
+        self._heartbeat_at = now_ns
+        self._successor: Any = None
+
+    @property
+    def skipped_writes(self) -> int:
+        return self.store.skipped_writes
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
         if isinstance(message, PaxosMessage):
@@ -109,16 +145,30 @@ class ShardFollower:
             self._pump()
         elif isinstance(message, SnapshotRead):
             self._outbox.append((src, self.snapshot(message)))
+        elif isinstance(message, ConfigReply):
+            self._on_config(now_ns, message.cluster_map)
         else:
             self.dropped_messages += 1
 
     def tick(self, now_ns: int) -> None:
         self.stream.tick(now_ns)
         self._pump()
+        if self.cm_members and now_ns >= self._heartbeat_at:
+            self._heartbeat_at = now_ns + self.settings.heartbeat_interval_ns
+            heartbeat = Heartbeat(
+                self.address, self.shard, FOLLOWER, self.epoch,
+                self.stream.learner.delivered_through, self.fvw_applied, [],
+            )
+            for member in self.cm_members:
+                self._outbox.append((member, heartbeat))
 
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
-        return Ready(messages, self._wake_at)
+        wake_at = self._wake_at
+        if self.cm_members and (wake_at is None or self._heartbeat_at < wake_at):
+            wake_at = self._heartbeat_at
+        successor, self._successor = self._successor, None
+        return Ready(messages, wake_at, successor)
 
     # ---- replay --------------------------------------------------------------------------
 
@@ -131,29 +181,106 @@ class ShardFollower:
             forget = self.stream.learner.delivered_through - self.stream_settings.log_retained_slots
             if forget > acceptor.forgotten_before:
                 acceptor.forget_before(forget)
-        for _, entry in ready.chosen:
+                for slot in [s for s in self._recent if s < forget]:
+                    del self._recent[slot]
+        for slot, entry in ready.chosen:
             self.applied_slots += 1
-            if entry.kind != EntryKind.BATCH:
-                continue  # no-ops and INF markers end an epoch: recovery's business
+            self._recent[slot] = entry
+            if not self.epochs.add(entry):
+                continue  # a marker, or void: its epoch already ended on this stream
             for record in entry.records:
-                self._replay(record)
-            vw = self.vw.merge(entry.vw).with_entry(self.shard, entry.watermark)
-            if self._probe is not None and vw != self.vw:
+                self.applied_records += 1
+                replayed = self.store.replay(record, self.shard, entry.epoch)
+                if replayed is not None:
+                    self._speculative.setdefault(entry.epoch, []).append(replayed)
+            self._held_visibility.append((entry.epoch, entry.watermark, entry.vw))
+        self._release_visibility()
+
+    def _release_visibility(self) -> None:
+        """Applies what entries let this follower show, in stream order, up to the first of
+        an epoch whose predecessors' FVWs are not all applied here: until the old epoch's
+        rollback is done, a later epoch's watermarks would show what it rolls back."""
+        held = self._held_visibility
+        vw = self.vw
+        released = 0
+        for epoch, watermark, entry_vw in held:
+            if epoch > self.fvw_applied + 1:
+                break
+            released += 1
+            vw = vw.merge(entry_vw)
+            if watermark >= counter_base(epoch):
+                vw = vw.with_entry(self.shard, max(watermark, vw[self.shard]))
+        if not released:
+            return
+        del held[:released]
+        if vw != self.vw:
+            if self._probe is not None:
                 self._probe.watermark(self.address, dict(vw.items()))
             self.vw = vw
+            current = self._speculative.get(self.epoch)
+            if current and len(current) > 64:
+                marks = dict(vw.items())
+                self._speculative[self.epoch] = [e for e in current if not e[1].le_watermark(marks)]
 
-    def _replay(self, record: Any) -> None:
-        txn_id, writes, vc_wire = record
-        vc = VectorClock.from_wire(vc_wire)
-        counter = vc[self.shard]
-        self.applied_records += 1
-        store = self.store
-        for key, value, deleted in writes:
-            latest = store.latest(key)
-            if latest is not None and latest.vc[self.shard] >= counter:
-                self.skipped_writes += 1  # Thomas's write rule: an older write loses
+    # ---- epochs (docs/recovery.md) -------------------------------------------------------
+
+    def _on_config(self, now_ns: int, cluster_map: ClusterMap) -> None:
+        if not 0 <= self.shard < cluster_map.shards:
+            self.dropped_messages += 1
+            return
+        if self.map is None or (cluster_map.epoch, cluster_map.fvw_epoch()) > (
+            self.map.epoch, self.map.fvw_epoch()
+        ):
+            self.map = cluster_map
+        if cluster_map.epoch > self.epoch:
+            self.epoch = cluster_map.epoch
+            if cluster_map.leaders[self.shard] == self.address and self.partitioner is not None:
+                self._apply_fvws()
+                self._successor = self.promote(now_ns, cluster_map)
+                return
+        self._apply_fvws()
+
+    def _apply_fvws(self) -> None:
+        cluster_map = self.map
+        if cluster_map is None:
+            return
+        for epoch in sorted(cluster_map.fvw):
+            if epoch <= self.fvw_applied:
                 continue
-            store.install(key, value, deleted, vc, 0, txn_id)
+            fvw = cluster_map.fvw[epoch]
+            for txn_id, vc, keys in self._speculative.pop(epoch, []):
+                if not vc.le_watermark(fvw):
+                    for key in keys:
+                        self.store.roll_back(key, txn_id)
+                    self.rolled_back += 1
+                    if self._probe is not None:
+                        self._probe.rolled_back(self.address, txn_id)
+            self.fvw_applied = epoch
+        self._release_visibility()
+
+    def promote(self, now_ns: int, cluster_map: ClusterMap) -> ShardLeader:
+        """This follower becomes its shard's leader in ``cluster_map.epoch`` (rule 4 of
+        docs/recovery.md): it takes the stream over from what it has delivered, keeps its
+        store, and ends the old epoch on the stream before it certifies anything."""
+        assert self.partitioner is not None and self.procedures is not None
+        stream = self.stream
+        takeover = Takeover(
+            acceptor=stream.acceptor,
+            first_slot=stream.learner.delivered_through,
+            known_chosen=dict(self._recent),
+            ballot_round=max(stream.acceptor.promised.round, 1) + 1,
+            epochs=self.epochs,
+            vw=dict(self.vw.items()),
+            fvw_applied=self.fvw_applied,
+            speculative=self._speculative,
+            cluster_map=cluster_map,
+        )
+        return ShardLeader(
+            self.shard, cluster_map.leaders, self.partitioner, self.procedures, self.settings,
+            probe=self._probe, now_ns=now_ns, followers=cluster_map.followers[self.shard],
+            stream_settings=self.stream_settings, cm_members=self.cm_members,
+            store=self.store, takeover=takeover,
+        )
 
     # ---- reads ---------------------------------------------------------------------------
 

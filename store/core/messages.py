@@ -103,11 +103,14 @@ class ReadReply(Message):
 
 
 class LockRequest(Message):
-    __slots__ = ("keys", "txn_id")
+    """``epoch``: the transaction's; a participant in another epoch refuses it."""
 
-    def __init__(self, txn_id: int, keys: list[str]) -> None:
+    __slots__ = ("epoch", "keys", "txn_id")
+
+    def __init__(self, txn_id: int, keys: list[str], epoch: int = 0) -> None:
         self.txn_id = txn_id
         self.keys = keys
+        self.epoch = epoch
 
 
 class LockReply(Message):
@@ -128,9 +131,10 @@ class LockReply(Message):
 
 
 class ValidateRequest(Message):
-    """``vc``: the transaction's clock, stamped on the keys it read (see participant.py)."""
+    """``vc``: the transaction's clock, stamped on the keys it read (see participant.py);
+    ``epoch``: the transaction's (a participant in another epoch refuses it)."""
 
-    __slots__ = ("reads", "scans", "txn_id", "vc")
+    __slots__ = ("epoch", "reads", "scans", "txn_id", "vc")
 
     def __init__(
         self,
@@ -138,11 +142,13 @@ class ValidateRequest(Message):
         reads: list[tuple[str, int]],
         scans: list[RecordedScan],
         vc: VectorClock,
+        epoch: int = 0,
     ) -> None:
         self.txn_id = txn_id
         self.reads = reads
         self.scans = scans
         self.vc = vc
+        self.epoch = epoch
 
 
 class ValidateReply(Message):

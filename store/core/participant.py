@@ -33,6 +33,14 @@ because finished transactions are remembered (a bounded number of them).
 
 A transaction whose reads and writes are all on this shard is certified in one step
 (``certify_solo``): the same checks, done atomically, with no remote round at all.
+
+Epochs (docs/recovery.md). Every request names its transaction's epoch; a participant in
+another epoch refuses it. When the participant enters a new epoch (``begin_epoch``) it
+aborts, on its own, every older transaction still holding locks here, and leaves their
+counters unsettled in the old epoch (recovery then rolls those transactions back wherever
+they installed). Until an ended epoch's FVW is known, a version of that epoch whose clock
+is not at or below the vector watermark frozen when it ended is *in doubt*: a transaction
+that read one fails validation, one that would overwrite one fails its lock.
 """
 
 from __future__ import annotations
@@ -58,12 +66,13 @@ OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
 
 
 class _Held:
-    __slots__ = ("counter", "deps", "keys")
+    __slots__ = ("counter", "deps", "epoch", "keys")
 
-    def __init__(self, keys: list[str], counter: int, deps: VectorClock) -> None:
+    def __init__(self, keys: list[str], counter: int, deps: VectorClock, epoch: int) -> None:
         self.keys = keys
         self.counter = counter
         self.deps = deps
+        self.epoch = epoch
 
 
 class Participant:
@@ -98,7 +107,11 @@ class Participant:
         self._vector_watermark: Mapping[int, int] = (
             vector_watermark if vector_watermark is not None else {}
         )
-        self._hidden: dict[int, tuple[VectorClock, list[str]]] = {}
+        self._hidden: dict[int, tuple[VectorClock, list[str], int]] = {}
+        # Epochs (docs/recovery.md): the current one, and per ended epoch whose FVW is not
+        # known yet, the vector watermark frozen when it ended.
+        self.epoch = 0
+        self._doubt: dict[int, dict[int, int]] = {}
         self._hidden_blocked_on: dict[int, list[tuple[int, int]]] = {}
         # Switches that turn one safety step off; only the simulator's --break uses them, to
         # show that the checkers catch what each step prevents.
@@ -130,7 +143,9 @@ class Participant:
 
     # ---- certification -------------------------------------------------------------------
 
-    def lock(self, txn_id: int, keys: list[str]) -> tuple[bool, int, VectorClock]:
+    def lock(
+        self, txn_id: int, keys: list[str], epoch: int | None = None
+    ) -> tuple[bool, int, VectorClock]:
         """Locks ``keys`` for ``txn_id`` and draws a counter; (ok, counter, dependencies)."""
         held = self._held.get(txn_id)
         if held is not None:
@@ -139,11 +154,14 @@ class Participant:
         if finished is not None:
             state, counter = finished
             return state == INSTALLED, counter, EMPTY
+        epoch = self.epoch if epoch is None else epoch
+        if epoch != self.epoch or (self._doubt and self._any_in_doubt(keys)):
+            return False, 0, EMPTY
         if not self._skip_locking and not self.store.try_lock_all(keys, txn_id):
             return False, 0, EMPTY
         counter = self.watermark.draw()
         deps = self.dependencies(keys)
-        self._held[txn_id] = _Held(keys, counter, deps)
+        self._held[txn_id] = _Held(keys, counter, deps, epoch)
         return True, counter, deps
 
     def dependencies(self, keys: Iterable[str]) -> VectorClock:
@@ -203,8 +221,11 @@ class Participant:
         reads: Iterable[tuple[str, int]],
         scans: Iterable[RecordedScan],
         vc: VectorClock | None = None,
+        epoch: int | None = None,
     ) -> bool:
         """Checks the reads; on success stamps ``vc`` on them (read-write dependencies)."""
+        if epoch is not None and epoch != self.epoch:
+            return False
         reads = list(reads)
         scans = list(scans)
         if not self._check_reads(txn_id, reads, scans):
@@ -220,6 +241,11 @@ class Participant:
             return True
         store = self.store
         check_locks = not self._skip_locking
+        if self._doubt and (
+            self._any_in_doubt(key for key, _ in reads)
+            or self._any_in_doubt(key for scan in scans for key, _ in scan[3])
+        ):
+            return False
         for key, vid in reads:
             version = store.latest(key)
             if (version.vid if version is not None else 0) != vid:
@@ -244,9 +270,13 @@ class Participant:
         held = self._held.pop(txn_id, None)
         if held is None:
             # A retransmission of an install already done (or of one whose lock this shard
-            # never granted, which the coordinator never sends).
+            # never granted, which the coordinator never sends), or an install of an ended
+            # epoch for a transaction this participant aborted on its own (begin_epoch):
+            # recovery rolls that transaction back wherever it installed.
             finished = self._finished.get(txn_id)
-            assert finished is None or finished[0] == INSTALLED, "install after abort"
+            assert finished is None or finished[0] == INSTALLED or epoch < self.epoch, (
+                "install after abort"
+            )
             return
         assert vc[self.shard] >= held.counter, "install clock below the counter drawn"
         self._assert_dominates_overwritten(writes, vc)
@@ -255,7 +285,7 @@ class Participant:
             if not self._skip_locking:
                 self.store.unlock_all(held.keys, txn_id)
         else:
-            self._hide_until_committed(txn_id, vc, held.keys)
+            self._hide_until_committed(txn_id, vc, held.keys, epoch)
         self._finish(txn_id, INSTALLED, held.counter)
         self._on_installed(txn_id, held.counter, writes, vc)
 
@@ -288,13 +318,17 @@ class Participant:
             return None if finished[0] == ABORTED else self._solo_vcs.get(txn_id)
         reads = list(reads)
         scans = list(scans)
-        if not self._check_reads(txn_id, reads, scans):
+        keys = [key for key, _, _ in writes]
+        if (
+            epoch != self.epoch
+            or (self._doubt and self._any_in_doubt(keys))
+            or not self._check_reads(txn_id, reads, scans)
+        ):
             self._finish(txn_id, ABORTED, 0)
             return None
         if not writes:
             self.stamp_reads(reads, scans, read_vc)
             return self._sparse(read_vc), read_vc
-        keys = [key for key, _, _ in writes]
         if not self._skip_locking and any(
             (owner := self.store.lock_owner(key)) is not None and owner != txn_id for key in keys
         ):
@@ -309,7 +343,7 @@ class Participant:
             self.store.try_lock_all(keys, txn_id)
         self._apply(txn_id, writes, vc, epoch)
         if not self._speculation:
-            self._hide_until_committed(txn_id, vc, keys)
+            self._hide_until_committed(txn_id, vc, keys, epoch)
         self._finish(txn_id, INSTALLED, counter)
         self._solo_vcs[txn_id] = (vc, full)
         if len(self._solo_vcs) > self.settings.finished_txns_remembered_max:
@@ -347,8 +381,10 @@ class Participant:
 
     # ---- speculation off -----------------------------------------------------------------
 
-    def _hide_until_committed(self, txn_id: int, vc: VectorClock, keys: list[str]) -> None:
-        self._hidden[txn_id] = (vc, keys)
+    def _hide_until_committed(
+        self, txn_id: int, vc: VectorClock, keys: list[str], epoch: int
+    ) -> None:
+        self._hidden[txn_id] = (vc, keys, epoch)
         # Dependencies may already be durable: block only on a shard still below vc.
         if not self._block(txn_id, vc, self._vector_watermark):
             self._hidden_blocked_on.setdefault(self.shard, []).append((0, txn_id))
@@ -371,7 +407,9 @@ class Participant:
             while heap and heap[0][0] <= mark:
                 _, txn_id = heapq.heappop(heap)
                 entry = self._hidden.get(txn_id)
-                if entry is None or self._block(txn_id, entry[0], watermark):
+                if entry is None or entry[2] != self.epoch:
+                    continue  # an ended epoch's transactions are revealed by its FVW
+                if self._block(txn_id, entry[0], watermark):
                     continue
                 del self._hidden[txn_id]
                 for key in entry[1]:
@@ -381,6 +419,87 @@ class Participant:
 
     def hidden_count(self) -> int:
         return len(self._hidden)
+
+    # ---- epochs (docs/recovery.md) -------------------------------------------------------
+
+    def begin_epoch(self, epoch: int, frozen: Mapping[int, int]) -> list[int]:
+        """Enters ``epoch``: aborts every older transaction still holding locks here (its
+        counter is returned, left unsettled: the caller settles it once the old epoch has
+        ended on the stream) and puts versions of the ended epochs in doubt against
+        ``frozen``, the vector watermark they ended with."""
+        assert epoch > self.epoch
+        abandoned = []
+        for txn_id, held in list(self._held.items()):
+            if held.epoch < epoch:
+                del self._held[txn_id]
+                if not self._skip_locking:
+                    self.store.unlock_all(held.keys, txn_id)
+                self._finish(txn_id, ABORTED, held.counter)
+                abandoned.append(held.counter)
+        for ended in range(self.epoch, epoch):
+            self._doubt[ended] = dict(frozen)
+        self.epoch = epoch
+        return abandoned
+
+    def end_doubt(self, epoch: int, fvw: Mapping[int, int]) -> list[tuple[int, list[str]]]:
+        """The FVW of ``epoch`` is known (and its versions above it rolled back by the
+        caller): nothing of it is in doubt any more. Hidden transactions of that epoch
+        (speculation off) are revealed if at or below it; the others are returned, still
+        locked, for the caller to roll back and unlock (``release_hidden``)."""
+        self._doubt.pop(epoch, None)
+        rolled: list[tuple[int, list[str]]] = []
+        for txn_id, (vc, keys, txn_epoch) in list(self._hidden.items()):
+            if txn_epoch != epoch:
+                continue
+            if vc.le_watermark(fvw):
+                del self._hidden[txn_id]
+                for key in keys:
+                    self.store.reveal(key, txn_id)
+                if not self._skip_locking:
+                    self.store.unlock_all(keys, txn_id)
+            else:
+                rolled.append((txn_id, keys))
+        return rolled
+
+    def release_hidden(self, txn_id: int) -> None:
+        """Unlocks a hidden transaction that recovery rolled back."""
+        entry = self._hidden.pop(txn_id, None)
+        if entry is not None and not self._skip_locking:
+            self.store.unlock_all(entry[1], txn_id)
+
+    def in_doubt(self) -> bool:
+        return bool(self._doubt)
+
+    def committed_watermark(self, vw: Mapping[int, int]) -> Mapping[int, int]:
+        """What may count as committed now: ``vw``, or while an ended epoch's FVW is
+        unknown, the vector watermark that epoch ended with (a later epoch's watermark says
+        nothing of the ended epoch's transactions)."""
+        if not self._doubt:
+            return vw
+        return self._doubt[min(self._doubt)]
+
+    def remember_installed(self, txn_id: int, vc: VectorClock) -> None:
+        """A transaction installed here by a leader before this one (replayed from the
+        stream after a takeover): a retransmitted solo request for it is answered with its
+        clock, and an install for it is known done."""
+        if txn_id in self._finished:
+            return
+        self._finish(txn_id, INSTALLED, vc[self.shard])
+        self._solo_vcs[txn_id] = (vc, vc)
+        if len(self._solo_vcs) > self.settings.finished_txns_remembered_max:
+            self._solo_vcs.popitem(last=False)
+
+    def _any_in_doubt(self, keys: Iterable[str]) -> bool:
+        latest = self.store.latest
+        doubt = self._doubt
+        for key in keys:
+            version = latest(key)
+            if version is None:
+                continue
+            frozen = doubt.get(version.epoch)
+            if frozen is not None and not version.vc.le_watermark(frozen):
+                return True
+        return False
 
     def _finish(self, txn_id: int, state: int, counter: int) -> None:
         self._finished[txn_id] = (state, counter)

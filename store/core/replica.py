@@ -16,16 +16,29 @@ The shard's watermark in the sense of DESIGN.md §4 — every counter at or belo
 accepted by a majority of regions — is the largest stamp over the stream's chosen prefix
 (``durable_watermark``); that is what goes into the vector watermark, the piggybacked
 replies and the gossip. Without followers an install is durable when applied.
+
+Epochs (docs/recovery.md). The replica heartbeats to the configuration manager's members
+(``cm_members``) and acts on the cluster map they push (``ConfigReply``): on a new epoch
+it ends the old one (its participant aborts what still holds locks, its coordinator stops
+certifying old transactions, its stream gets an INF marker), draws counters of the new
+epoch, and reports the old epoch's finalized watermark in its heartbeats once the marker is
+chosen; on an FVW it rolls back what is above it and answers what waited for it. A leader
+the map no longer names stops serving (``retired``). A follower promoted by the map becomes
+a leader through ``ShardLeader.take_over``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from store.core.cm import LEADER, ClusterMap, ConfigReply, Heartbeat
 from store.core.coordinator import Certification, Coordinator
+from store.core.epoch import StreamEpochs, counter_base
+from store.core.errors import Status
 from store.core.messages import (
+    PEER_REQUESTS,
     AbortReply,
     AbortRequest,
     Gossip,
@@ -48,12 +61,15 @@ from store.core.participant import Participant
 from store.core.partition import Partitioner
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
+    Acceptor,
     Ballot,
-    EntryKind,
+    Entry,
     PaxosMessage,
+    Phase,
     StreamLeader,
     StreamSettings,
 )
+from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import VersionedStore
 from store.core.txn import Procedures
@@ -72,16 +88,34 @@ class Probe(Protocol):
 
     def watermark(self, address: str, vw: Mapping[int, int]) -> None: ...
 
+    def rolled_back(self, address: str, txn_id: int) -> None: ...
 
-@dataclass(slots=True)
-class Ready:
-    """What the replica wants done: send ``messages`` (in order), wake it at ``wake_at``."""
 
-    messages: list[tuple[str, Message]] = field(default_factory=list)
-    wake_at: int | None = None
+@dataclass
+class Takeover:
+    """What a follower hands over when the cluster map makes it its shard's leader
+    (docs/recovery.md, rule 4): its stream's acceptor and delivery point, the entries it
+    still has (for lagging learners), a ballot round above any it promised, what it knows
+    of the stream's epochs, its vector watermark, and its transactions not yet known
+    committed."""
+
+    acceptor: Acceptor
+    first_slot: int
+    known_chosen: dict[int, Entry]
+    ballot_round: int
+    epochs: StreamEpochs
+    vw: dict[int, int]
+    fvw_applied: int
+    speculative: dict[int, list[tuple[int, VectorClock, list[str]]]]
+    cluster_map: ClusterMap
 
 
 class ShardLeader:
+    # What it takes from peers: requests it answers within the handle call (the reply
+    # rule of store.core.messages), and one-way messages.
+    ANSWERS: tuple[type[Message], ...] = PEER_REQUESTS
+    ONE_WAY: tuple[type[Message], ...] = (Gossip, ConfigReply)
+
     def __init__(
         self,
         shard: int,
@@ -96,13 +130,16 @@ class ShardLeader:
         followers: Sequence[str] = (),
         stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
         ballot_round: int = 1,
+        cm_members: Sequence[str] = (),
+        store: VersionedStore | None = None,
+        takeover: Takeover | None = None,
     ) -> None:
         assert 0 <= shard < len(peers)
         self.shard = shard
         self.address = peers[shard]
         self.peers = list(peers)
         self.settings = settings
-        self.store = VersionedStore()
+        self.store = store if store is not None else VersionedStore()
         self.watermark = ShardWatermark()
         self.vw = VectorWatermark()
         self.participant = Participant(
@@ -129,7 +166,7 @@ class ShardLeader:
         self.stream: StreamLeader | None = None
         self._stream_wake_at: int | None = None
         self._durable_mark = 0
-        if followers:
+        if followers and takeover is None:
             self.stream = StreamLeader(
                 shard, self.address, list(followers), Ballot(ballot_round, self.address),
                 stream_settings, now_ns=now_ns,
@@ -138,6 +175,20 @@ class ShardLeader:
         self._gossip_at = now_ns + settings.gossip_interval_ns
         self._gossip_next = 0
         self._gc_at = now_ns + settings.gc_interval_ns
+        # Epochs (docs/recovery.md).
+        self.epoch = 0
+        self.cm_members = list(cm_members)
+        self.map: ClusterMap | None = None
+        self.retired = False
+        self.epochs = StreamEpochs()
+        self.fvw_applied = -1
+        self.rolled_back = 0
+        # Installed transactions not yet known committed, by epoch: (txn_id, vc, keys). An
+        # ended epoch's are rolled back by its FVW if above it.
+        self._speculative: dict[int, list[tuple[int, VectorClock, list[str]]]] = {}
+        self._heartbeat_at = now_ns
+        if takeover is not None:
+            self._take_over(now_ns, list(followers), stream_settings, takeover)
         self._handlers: dict[type, Callable[[int, str, Message], None]] = {
             Submit: self._on_submit,
             ReadRequest: self._on_read_request,
@@ -153,6 +204,7 @@ class ShardLeader:
             SoloRequest: self._on_solo_request,
             SoloReply: self._on_solo_reply,
             Gossip: self._on_gossip,
+            ConfigReply: self._on_config,
         }
         self.dropped_messages = 0
 
@@ -193,8 +245,18 @@ class ShardLeader:
         self._pump_stream()
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
-            self.store.collect_garbage(self.vw.entries, self.settings.gc_keys_per_pass_max)
-            self.participant.collect_stamps(self.vw.entries, self.settings.gc_keys_per_pass_max)
+            # While an ended epoch's FVW is unknown, only what was committed when it ended
+            # may count as committed: a later epoch's watermark says nothing of it.
+            committed = self.participant.committed_watermark(self.vw.entries)
+            self.store.collect_garbage(committed, self.settings.gc_keys_per_pass_max)
+            self.participant.collect_stamps(committed, self.settings.gc_keys_per_pass_max)
+            current = self._speculative.get(self.epoch)
+            if current:
+                vw = self.vw.entries
+                self._speculative[self.epoch] = [e for e in current if not e[1].le_watermark(vw)]
+        if self.cm_members and now_ns >= self._heartbeat_at:
+            self._heartbeat_at = now_ns + self.settings.heartbeat_interval_ns
+            self._heartbeat()
         self._refresh_watermark()
         if self._probe is not None:
             self._report_watermark()
@@ -202,7 +264,8 @@ class ShardLeader:
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
         wake_at = min(self._gossip_at, self._gc_at)
-        for deadline in (self.coordinator.next_deadline(), self._stream_wake_at):
+        heartbeat_at = self._heartbeat_at if self.cm_members else None
+        for deadline in (self.coordinator.next_deadline(), self._stream_wake_at, heartbeat_at):
             if deadline is not None and deadline < wake_at:
                 wake_at = deadline
         return Ready(messages, wake_at)
@@ -239,6 +302,9 @@ class ShardLeader:
         if self._probe is not None:
             self._probe.installed(self.shard, txn_id, writes, vc)
         if self.stream is not None:
+            keys = [key for key, _, _ in writes]
+            self._speculative.setdefault(self.epoch, []).append((txn_id, vc, keys))
+        if self.stream is not None:
             record = [txn_id, [[key, value, deleted] for key, value, deleted in writes], vc.to_wire()]
             self.stream.append(self._now_ns, record, counter, vc)
         # Settled for the appended watermark; durable once the stream's entry is chosen
@@ -258,7 +324,14 @@ class ShardLeader:
         ready = stream.ready()
         self._outbox.extend(ready.messages)
         for _, entry in ready.chosen:
-            if entry.kind == EntryKind.BATCH and entry.watermark > self._durable_mark:
+            if not self.epochs.add(entry):
+                continue  # a marker, or void: its epoch already ended on this stream
+            if entry.epoch < self.epoch:
+                # Chosen by a leader before us (a takeover re-proposed it): apply it.
+                self._replay_entry(entry)
+            # A watermark counts only once the shard has entered the entry's epoch: below
+            # that base it would vouch for counters of an epoch that has ended.
+            if entry.watermark >= counter_base(entry.epoch) and entry.watermark > self._durable_mark:
                 self._durable_mark = entry.watermark
         if ready.chosen:
             forget = stream.chosen_through - stream.settings.log_retained_slots
@@ -266,6 +339,123 @@ class ShardLeader:
                 stream.forget_before(forget)
                 stream.acceptor.forget_before(forget)
         self._stream_wake_at = ready.wake_at
+
+    def _replay_entry(self, entry: Any) -> None:
+        for record in entry.records:
+            replayed = self.store.replay(record, self.shard, entry.epoch)
+            if replayed is None:
+                continue
+            txn_id, vc, keys = replayed
+            self._speculative.setdefault(entry.epoch, []).append((txn_id, vc, keys))
+            self.participant.remember_installed(txn_id, vc)
+
+    # ---- epochs (docs/recovery.md) -------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        stream = self.stream
+        delivered = stream.chosen_through if stream is not None else 0
+        known = self.map.fvw if self.map is not None else {}
+        finalized = [
+            (epoch, mark) for epoch, mark in sorted(self.epochs.finalized.items())
+            if epoch not in known
+        ]
+        heartbeat = Heartbeat(
+            self.address, self.shard, LEADER, self.epoch, delivered, self.fvw_applied, finalized
+        )
+        for member in self.cm_members:
+            self._outbox.append((member, heartbeat))
+
+    def _on_config(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, ConfigReply)
+        cluster_map = message.cluster_map
+        if cluster_map.shards != len(self.peers):
+            self.dropped_messages += 1
+            return
+        if self.map is None or (cluster_map.epoch, cluster_map.fvw_epoch()) > (
+            self.map.epoch, self.map.fvw_epoch()
+        ):
+            self.map = cluster_map
+        if cluster_map.epoch > self.epoch:
+            self._enter_epoch(now_ns, cluster_map)
+        self._apply_fvws()
+
+    def _take_over(
+        self, now_ns: int, followers: list[str], stream_settings: StreamSettings,
+        takeover: Takeover,
+    ) -> None:
+        """Starts as the leader a follower was promoted to (see ``Takeover``)."""
+        cluster_map = takeover.cluster_map
+        epoch = cluster_map.epoch
+        self.map = cluster_map
+        self.epoch = epoch
+        self.epochs = takeover.epochs
+        self.fvw_applied = takeover.fvw_applied
+        self._speculative = takeover.speculative
+        self.vw.entries.update(takeover.vw)
+        self.vw.enter_epoch(epoch)
+        self._durable_mark = takeover.vw.get(self.shard, 0)
+        self.participant.begin_epoch(epoch, takeover.vw)
+        for resolved in range(takeover.fvw_applied + 1):
+            self.participant.end_doubt(resolved, {})
+        self.coordinator.begin_epoch(now_ns, epoch)
+        self.watermark.start_epoch(epoch)
+        # Phase 1 over what the old leader may have had accepted; holes become no-ops of the
+        # epoch being ended, which INF then closes; new records are of the new epoch.
+        stream = StreamLeader(
+            self.shard, self.address, followers, Ballot(takeover.ballot_round, self.address),
+            stream_settings, now_ns=now_ns, acceptor=takeover.acceptor,
+            first_slot=takeover.first_slot, known_chosen=takeover.known_chosen,
+            epoch=epoch - 1,
+        )
+        stream.append_inf(now_ns)
+        stream.set_epoch(epoch)
+        self.stream = stream
+        self._pump_stream()
+        self._apply_fvws()
+
+    def _enter_epoch(self, now_ns: int, cluster_map: ClusterMap) -> None:
+        epoch = cluster_map.epoch
+        self.peers[:] = cluster_map.leaders
+        abandoned = self.participant.begin_epoch(epoch, self.vw.entries)
+        self.coordinator.begin_epoch(now_ns, epoch)
+        stream = self.stream
+        if stream is not None and stream.phase is not Phase.DEPOSED:
+            stream.append_inf(now_ns)  # closes the open batch first: all of the old epoch
+            stream.set_epoch(epoch)
+        # The old epoch has ended on the stream before these settle: they stay unsettled in
+        # it (its finalized watermark stops below them), and no longer hold the new one back.
+        for counter in abandoned:
+            self.watermark.settle(counter)
+        self.watermark.start_epoch(epoch)
+        self.epoch = epoch
+        if self.vw.enter_epoch(epoch):
+            self.coordinator.check_commits()
+        if cluster_map.leaders[self.shard] != self.address:
+            self.retired = True
+
+    def _apply_fvws(self) -> None:
+        cluster_map = self.map
+        if cluster_map is None:
+            return
+        for epoch in sorted(cluster_map.fvw):
+            if epoch <= self.fvw_applied or epoch >= self.epoch:
+                continue
+            fvw = cluster_map.fvw[epoch]
+            for txn_id, vc, keys in self._speculative.pop(epoch, []):
+                if not vc.le_watermark(fvw):
+                    self._roll_back(txn_id, keys)
+            for txn_id, keys in self.participant.end_doubt(epoch, fvw):
+                self._roll_back(txn_id, keys)
+                self.participant.release_hidden(txn_id)
+            self.coordinator.resolve_epoch(epoch, fvw)
+            self.fvw_applied = epoch
+
+    def _roll_back(self, txn_id: int, keys: list[str]) -> None:
+        for key in keys:
+            self.store.roll_back(key, txn_id)
+        self.rolled_back += 1
+        if self._probe is not None:
+            self._probe.rolled_back(self.address, txn_id)
 
     def _refresh_watermark(self) -> None:
         self._learn(self.shard, self.durable_watermark())
@@ -279,6 +469,14 @@ class ShardLeader:
 
     def _on_submit(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, Submit)
+        if self.retired and not self.coordinator.knows(message.client_id, message.seq):
+            leader = self.peers[self.shard]
+            outcome = Outcome(
+                message.seq, Status.UNAVAILABLE, None, EMPTY,
+                f"not the leader of shard {self.shard} in epoch {self.epoch} ({leader} is)",
+            )
+            self._outbox.append((src, outcome))
+            return
         self.coordinator.submit(now_ns, src, message)
 
     def _on_read_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -305,7 +503,7 @@ class ShardLeader:
 
     def _on_lock_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, LockRequest)
-        ok, counter, deps = self.participant.lock(message.txn_id, message.keys)
+        ok, counter, deps = self.participant.lock(message.txn_id, message.keys, message.epoch)
         reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.durable_watermark())
         self._outbox.append((src, reply))
 
@@ -316,7 +514,9 @@ class ShardLeader:
 
     def _on_validate_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, ValidateRequest)
-        ok = self.participant.validate(message.txn_id, message.reads, message.scans, message.vc)
+        ok = self.participant.validate(
+            message.txn_id, message.reads, message.scans, message.vc, message.epoch
+        )
         reply = ValidateReply(message.txn_id, self.shard, ok, self.durable_watermark())
         self._outbox.append((src, reply))
 

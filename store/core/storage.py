@@ -72,6 +72,7 @@ class VersionedStore:
         # Keys that may hold versions nobody can read, oldest first (a dict: a FIFO without
         # duplicates whose order does not depend on string hashing).
         self._dirty: dict[str, None] = {}
+        self.skipped_writes = 0  # replayed writes that lost to a newer version (Thomas)
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -205,6 +206,26 @@ class VersionedStore:
             chain.append(version)
             self._dirty[key] = None  # a first version has nothing older to collect
         return version
+
+    def replay(
+        self, record: Any, shard: int, epoch: int
+    ) -> tuple[int, VectorClock, list[str]] | None:
+        """Applies a replicated record ``[txn_id, [[key, value, deleted], ...], vc]`` with
+        Thomas's write rule: a write older (on ``shard``'s counter) than the key's newest
+        version loses, so a record replayed twice changes nothing. Returns (txn_id, vc, keys
+        written), or None if every write lost."""
+        txn_id, writes, vc_wire = record
+        vc = VectorClock.from_wire(vc_wire)
+        counter = vc[shard]
+        written = []
+        for key, value, deleted in writes:
+            latest = self.latest(key)
+            if latest is not None and latest.vc[shard] >= counter:
+                self.skipped_writes += 1
+                continue
+            self.install(key, value, deleted, vc, epoch, txn_id)
+            written.append(key)
+        return (txn_id, vc, written) if written else None
 
     def reveal(self, key: str, txn_id: int) -> None:
         """Makes the hidden version ``txn_id`` wrote to ``key`` visible (it committed)."""

@@ -14,8 +14,9 @@ messages to send and when to wake it. The host gives it the world:
   outcome every one of them. A client may ask again (same id) while an earlier request
   still waits; each gets its answer.
 * **Peer requests and their replies.** A peer's request (lock, validate, install, read,
-  solo, abort; a follower's snapshot read) is handed to the replica from a fresh token
-  address ``p\\0<n>``. Replicas answer synchronously — the reply comes out of the very
+  solo, abort; a follower's snapshot read; a configuration manager's ``GetConfig``) is
+  handed to the replica from a fresh token address ``p\\0<n>``, if it is one the replica
+  answers (its ``ANSWERS``; its ``ONE_WAY`` messages are handed over with no reply). Replicas answer synchronously — the reply comes out of the very
   ``handle`` call that received the request (``store.core.messages.PEER_REQUESTS``) — and
   the reply becomes the RPC response. The host checks that rule both ways: a request that
   produced no reply, or a reply to a token no longer waiting, is a broken invariant. A
@@ -26,6 +27,8 @@ messages to send and when to wake it. The host gives it the world:
   here: the coordinator retransmits on its own timer. Paxos messages go to the stream
   transport (gRPC between regions in production, the simulated network in the simulator).
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
+* **Promotion.** A replica whose ``Ready`` names a ``successor`` (a follower the cluster map
+  made its shard's leader) is replaced by it; the host goes on with the successor.
 * **Fail fast.** The replica's inputs are validated, so an exception out of it is a broken
   invariant (an ``assert`` of the protocol, or a bug). The host stops: it serves nothing
   more and hands the exception to ``on_fatal`` — the server process logs it and exits
@@ -40,12 +43,11 @@ from typing import Any, Protocol
 
 from store import wire
 from store.core import codec
+from store.core.cm import ConfigMember, GetConfig
 from store.core.errors import InvalidRequest, Status
 from store.core.follower import ShardFollower, SnapshotRead
 from store.core.messages import (
-    PEER_ONE_WAY,
     PEER_REPLIES,
-    PEER_REQUESTS,
     Message,
     Outcome,
     Submit,
@@ -62,7 +64,7 @@ PEER_REPLY_PREFIX = "p\x00"
 # The source of one-way messages: nothing may be addressed to it.
 ONE_WAY_SOURCE = "p\x00one-way"
 
-Replica = ShardLeader | ShardFollower
+Replica = ShardLeader | ShardFollower | ConfigMember
 
 
 class TimerHandle(Protocol):
@@ -114,6 +116,7 @@ class ReplicaHost:
         nexus.register_req_func(wire.SUBMIT, self._on_submit)
         nexus.register_req_func(wire.PEER, self._on_peer)
         nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
+        nexus.register_req_func(wire.CONFIG, self._on_config)
 
     def start(self) -> None:
         self._flush()
@@ -154,27 +157,33 @@ class ReplicaHost:
         except InvalidRequest:
             self.counters["bad_requests"] += 1
             return b""
-        if not isinstance(self.replica, ShardLeader):
-            self.counters["bad_requests"] += 1
-            return b""
-        if isinstance(message, PEER_ONE_WAY):
+        if isinstance(message, self.replica.ONE_WAY):
             self._deliver(ONE_WAY_SOURCE, message)
             return b""
-        if not isinstance(message, PEER_REQUESTS):
+        if not isinstance(message, self.replica.ANSWERS):
             self.counters["bad_requests"] += 1
             return b""
         self._answer_synchronously(handle, message)
         return None
 
     def _on_snapshot(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        return self._on_request(handle, payload, SnapshotRead)
+
+    def _on_config(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        return self._on_request(handle, payload, GetConfig)
+
+    def _on_request(
+        self, handle: ReqHandle, payload: bytes, kind: type[Message]
+    ) -> bytes | None:
+        """A request of one kind (SNAPSHOT, CONFIG) for a replica that answers it."""
         if self.failure is not None:
             return None
         try:
             message = codec.decode(payload)
-            if not isinstance(message, SnapshotRead):
-                raise InvalidRequest("a SNAPSHOT request carries a SnapshotRead")
-            if not isinstance(self.replica, ShardFollower):
-                raise InvalidRequest("snapshot reads are served by followers")
+            if not isinstance(message, kind):
+                raise InvalidRequest(f"expected a {kind.__name__}")
+            if not isinstance(message, self.replica.ANSWERS):
+                raise InvalidRequest(f"{kind.__name__} is not served here")
         except InvalidRequest:
             self.counters["bad_requests"] += 1
             return b""
@@ -240,6 +249,12 @@ class ReplicaHost:
             else:
                 self._send_peer(dst, message)
         wake_at = ready.wake_at
+        if ready.successor is not None:
+            assert isinstance(ready.successor, ShardLeader), ready.successor
+            self.replica = ready.successor
+            self.counters["promotions"] = self.counters.get("promotions", 0) + 1
+            self._flush()
+            return
         if wake_at is not None and (self._timer_at is None or wake_at < self._timer_at):
             if self._timer is not None:
                 self._timer.cancel()

@@ -31,7 +31,7 @@ from store.client.protocol import (
     Steps,
     TxnResult,
 )
-from store.core.errors import MeridianError, OutcomeUnknown, RolledBack
+from store.core.errors import MeridianError, OutcomeUnknown
 from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.partition import Partitioner
 from store.rpc import Nexus, RequestTimeout, RpcError, RpcSettings, Session, SessionClosed
@@ -75,13 +75,15 @@ class SdkProcess:
         settings: ClientSettings,
         rpc_settings: RpcSettings,
         client_id: str | None = None,
+        cm_members: Sequence[str] = (),
     ) -> None:
         self.sim = sim
         self.address = address
         network.add(address, region)
         self.rpc = SimEndpoint(Nexus(), network, address, rpc_settings)
         self.protocol = ClientProtocol(
-            client_id or address, leaders, partitioner, settings, self._clock, sim.rng
+            client_id or address, leaders, partitioner, settings, self._clock, sim.rng,
+            cm_members,
         )
         self._sessions: dict[Any, Session] = {}
 
@@ -246,13 +248,14 @@ class WorkloadClient:
             return
         name = type(error).__name__
         self.errors[name] = self.errors.get(name, 0) + 1
-        if isinstance(error, OutcomeUnknown | RolledBack):
-            # It may or may not have happened (a rolled-back transaction did not, but what it
-            # answered was never the client's to rely on): :info, and a new process number.
+        if isinstance(error, OutcomeUnknown):
+            # It may or may not have happened: :info, and a new process number.
             self._complete("info", operation.value)
             self.process_number += self.client_count
         else:
-            self._complete("fail", operation.value)  # did not run, or changed nothing
+            # Did not run, changed nothing, or was rolled back by recovery (RolledBack: its
+            # writes are gone everywhere, as if it had aborted).
+            self._complete("fail", operation.value)
 
     def _complete(self, op_type: str, value: Any) -> None:
         assert self.current is not None
@@ -268,13 +271,13 @@ class WorkloadClient:
 class SnapshotReads:
     """Follower snapshot reads during a run: where to send them and who checks them.
 
-    ``followers[shard]`` are the addresses of that shard's followers; ``check(shard, keys,
-    reply)`` judges each reply (the snapshot oracle).
+    ``followers()[shard]`` are the addresses of that shard's followers now; ``check(shard,
+    keys, reply)`` judges each reply (the snapshot oracle).
     """
 
     def __init__(
         self,
-        followers: dict[int, list[str]],
+        followers: Callable[[], dict[int, list[str]]],
         check: Callable[[int, list[str], SnapshotReply], None],
         fraction: float = 0.1,
     ) -> None:
@@ -291,7 +294,11 @@ class SnapshotReads:
         shard_of = process.protocol.partitioner.shard_of
         shard = shard_of(rng.choice(keys))
         keys = [key for key in keys if shard_of(key) == shard]
-        address = rng.choice(self.followers[shard])
+        followers = self.followers().get(shard)
+        if not followers:
+            then()
+            return
+        address = rng.choice(followers)
         self._next_id += 1
         self.requested += 1
         request = SnapshotRead(self._next_id, keys, [])

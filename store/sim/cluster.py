@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from store.config import MERIDIAN_RPC_SETTINGS
+from store.core.cm import ClusterMap, ConfigMember
 from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
 from store.core.partition import Partitioner
@@ -43,6 +44,10 @@ def leader_address(shard: int) -> str:
 
 def follower_address(region: str, shard: int) -> str:
     return f"{region}/follower/{shard}"
+
+
+def cm_address(region: str) -> str:
+    return f"{region}/cm"
 
 
 class SimEndpoint(SimRpc):
@@ -113,7 +118,7 @@ class SimServer:
         self,
         sim: Simulator,
         network: Network,
-        replica: ShardLeader | ShardFollower,
+        replica: ShardLeader | ShardFollower | ConfigMember,
         region: str,
         *,
         rpc_settings: RpcSettings,
@@ -191,6 +196,10 @@ class SimCluster:
         self.servers: list[SimServer] = []
         self.leaders: list[ShardLeader] = []
         self.followers: dict[int, list[ShardFollower]] = {s: [] for s in range(shards)}
+        self.shards = shards
+        # With followers, a configuration manager member in every region (docs/recovery.md).
+        self.cm_members = [cm_address(region) for region in self.regions] if len(self.regions) > 1 else []
+        self.cm: list[ConfigMember] = []
         # Broken invariants: (address, exception, traceback), in the order they happened.
         self.fatal: list[tuple[str, BaseException, str]] = []
         one_way_ns = int(wan_rtt_ms * MS / 2)
@@ -203,18 +212,29 @@ class SimCluster:
                 shard, self.leader_addresses, self.partitioner, procedures, settings,
                 breaks=breaks, probe=probe,
                 followers=[follower_address(region, shard) for region in others],
-                stream_settings=stream_settings,
+                stream_settings=stream_settings, cm_members=self.cm_members,
             )
             self.leaders.append(leader)
             self._serve(leader, home)
             for region in others:
                 follower = ShardFollower(
-                    shard, follower_address(region, shard), stream_settings, probe=probe
+                    shard, follower_address(region, shard), stream_settings, probe=probe,
+                    cm_members=self.cm_members, settings=settings, partitioner=self.partitioner,
+                    procedures=procedures,
                 )
                 self.followers[shard].append(follower)
                 self._serve(follower, region)
+        if self.cm_members:
+            initial = ClusterMap(
+                0, self.leader_addresses,
+                [[follower_address(region, shard) for region in others] for shard in range(shards)],
+            )
+            for region, address in zip(self.regions, self.cm_members, strict=True):
+                member = ConfigMember(address, self.cm_members, initial, settings, stream_settings)
+                self.cm.append(member)
+                self._serve(member, region)
 
-    def _serve(self, replica: ShardLeader | ShardFollower, region: str) -> None:
+    def _serve(self, replica: ShardLeader | ShardFollower | ConfigMember, region: str) -> None:
         self.servers.append(
             SimServer(
                 self.sim, self.network, replica, region,
@@ -241,5 +261,74 @@ class SimCluster:
     def server(self, address: str) -> SimServer:
         return next(server for server in self.servers if server.address == address)
 
+    def all_replicas(self) -> list[ShardLeader | ShardFollower]:
+        """Every shard replica ever hosted, crashed or not, as it is now."""
+        return [
+            server.host.replica for server in self.servers
+            if isinstance(server.host.replica, ShardLeader | ShardFollower)
+        ]
+
+    def server_of(self, replica: object) -> SimServer:
+        return next(server for server in self.servers if server.host.replica is replica)
+
+    def unsettled(self) -> list[str]:
+        """What recovery has not finished (docs/recovery.md): a shard with no live leader,
+        a live replica behind the map's epoch, an ended epoch whose FVW is not applied."""
+        if not self.cm:
+            return []
+        live_cm = [
+            server.host.replica for server in self.servers
+            if not server.crashed and isinstance(server.host.replica, ConfigMember)
+        ]
+        if not live_cm:
+            return ["no configuration manager member alive"]
+        cluster_map = self.final_map()
+        problems = []
+        leaders = self.current_leaders()
+        for shard, leader in enumerate(leaders):
+            if leader is None or leader.address != cluster_map.leaders[shard]:
+                problems.append(f"shard {shard}: no live leader of epoch {cluster_map.epoch}")
+        for replica in self.live_replicas():
+            if isinstance(replica, ShardLeader) and replica.retired:
+                continue
+            if replica.epoch != cluster_map.epoch or replica.fvw_applied != cluster_map.epoch - 1:
+                problems.append(
+                    f"{replica.address}: epoch {replica.epoch}, FVW applied through "
+                    f"{replica.fvw_applied}; the map is at epoch {cluster_map.epoch}"
+                )
+        return problems
+
+    def final_map(self) -> ClusterMap:
+        """The most advanced cluster map any configuration manager member holds."""
+        return max((member.map for member in self.cm), key=lambda m: (m.epoch, m.fvw_epoch()))
+
+    def live_replicas(self) -> list[ShardLeader | ShardFollower]:
+        """The shard replicas of servers still running, as they are now (a promoted
+        follower is its leader object)."""
+        return [
+            server.host.replica for server in self.servers
+            if not server.crashed and isinstance(server.host.replica, ShardLeader | ShardFollower)
+        ]
+
+    def current_leaders(self) -> list[ShardLeader | None]:
+        """Per shard, the live leader of the highest epoch that is not retired (None: none)."""
+        found: list[ShardLeader | None] = [None] * self.shards
+        for replica in self.live_replicas():
+            if isinstance(replica, ShardLeader) and not replica.retired:
+                best = found[replica.shard]
+                if best is None or replica.epoch > best.epoch:
+                    found[replica.shard] = replica
+        return found
+
+    def current_followers(self) -> dict[int, list[ShardFollower]]:
+        found: dict[int, list[ShardFollower]] = {s: [] for s in range(self.shards)}
+        for replica in self.live_replicas():
+            if isinstance(replica, ShardFollower):
+                found[replica.shard].append(replica)
+        return found
+
     def locks_held(self) -> int:
-        return sum(leader.store.locked_count() for leader in self.leaders)
+        return sum(
+            replica.store.locked_count() for replica in self.live_replicas()
+            if isinstance(replica, ShardLeader) and not replica.retired
+        )

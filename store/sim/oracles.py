@@ -27,16 +27,20 @@ From that record:
   counter of every shard entry of the clock is aborted or inside a Paxos entry that a
   majority of that shard's acceptors accepted — read from the acceptors themselves;
 * **convergence** (``divergence``): after the faults heal, every follower holds exactly its
-  leader's committed data.
+  leader's committed data;
+* **recovery** (docs/recovery.md): no transaction a client was told COMMITTED is ever rolled
+  back anywhere (``lost_committed``), and every transaction that depends on a rolled-back
+  one is rolled back too (``rollback_violations``).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from store.core.coordinator import Certification
+from store.core.epoch import EPOCH_SHIFT, counter_base
 from store.core.follower import ShardFollower, SnapshotReply, leader_data
 from store.core.messages import Write
 from store.core.replica import ShardLeader
@@ -67,6 +71,11 @@ class Recorder:
         self.dominance: list[str] = []
         self.snapshots: list[str] = []
         self.snapshots_checked = 0
+        # Recovery: transactions rolled back (by any replica), and the ids clients were told
+        # COMMITTED, by (client id, sequence number).
+        self.rolled_back_txns: dict[int, int] = {}  # txn id -> step it was first rolled back
+        self.by_client: dict[tuple[str, int], int] = {}
+        self.committed: list[tuple[str, int]] = []
 
     # ---- the probe -----------------------------------------------------------------------
 
@@ -75,6 +84,7 @@ class Recorder:
         txn_id = certification.txn_id
         self.certifications[txn_id] = certification
         self.certified_step[txn_id] = self._step
+        self.by_client[certification.client] = txn_id
         self.known_at_certification.setdefault(txn_id, len(self.known_chain) - 1)
         full = certification.full
         for key, writer in certification.reads:
@@ -101,8 +111,61 @@ class Recorder:
         if raised:
             self.known_chain.append(dict(known))
 
+    def rolled_back(self, address: str, txn_id: int) -> None:
+        self._step += 1
+        self.rolled_back_txns.setdefault(txn_id, self._step)
+
     def preload(self, key: str, value: Any) -> None:
         self.preloaded[key] = value
+
+    def client_committed(self, txn: tuple[str, int]) -> None:
+        """A client was told this transaction id COMMITTED."""
+        self.committed.append(txn)
+
+    def conclude(self, fvw: Mapping[int, Mapping[int, int]]) -> None:
+        """Takes the FVW of every ended epoch at the end of a run: a transaction of an
+        ended epoch whose clock is not at or below its FVW is *doomed* (recovery rolls it
+        back wherever it is, also where no replica is left to say so: the crashed leader's
+        own transactions)."""
+        self.doomed = {
+            txn_id for txn_id, cert in self.certifications.items()
+            if cert.epoch in fvw and not cert.vc.le_watermark(fvw[cert.epoch])
+        }
+
+    doomed: set[int] = set()
+
+    def _gone(self) -> set[int]:
+        return self.doomed | set(self.rolled_back_txns)
+
+    def lost_committed(self) -> list[str]:
+        """Transactions a client was told COMMITTED that recovery rolled back."""
+        lost: list[str] = []
+        gone = self._gone()
+        for txn in self.committed:
+            txn_id = self.by_client.get(txn)
+            if txn_id is not None and txn_id in gone:
+                self._note(lost, f"{txn[0]}#{txn[1]} (txn {txn_id}) was committed, then rolled back")
+        return lost
+
+    def rollback_violations(self) -> list[str]:
+        """A replica rolled back what the FVW does not doom, or left what depends on a
+        rolled-back transaction in place."""
+        violations: list[str] = []
+        for txn_id in sorted(set(self.rolled_back_txns) - self.doomed):
+            self._note(violations, f"txn {txn_id} was rolled back although at or below its FVW")
+        gone = self._gone()
+        if not gone:
+            return violations
+        for dependent, dependency, kind, key in self.dependencies():
+            # What read or overwrote a rolled-back version must go too; a read-write
+            # dependency on one does not matter (it read before the write it missed).
+            if kind in ("wr", "ww") and dependency in gone and dependent not in gone:
+                self._note(
+                    violations,
+                    f"txn {dependent} stays although txn {dependency}, which it "
+                    f"{kind}-depends on through {key!r}, was rolled back",
+                )
+        return violations
 
     # ---- snapshots -----------------------------------------------------------------------
 
@@ -112,7 +175,9 @@ class Recorder:
         vw = dict(reply.vw.items())
         for key, shown in zip(keys, reply.values, strict=True):
             expected = self.preloaded.get(key)
-            for _, value, deleted, vc, _ in reversed(self.versions.get(key, [])):
+            for writer, value, deleted, vc, _ in reversed(self.versions.get(key, [])):
+                if writer in self.rolled_back_txns:
+                    continue
                 if vc.le_watermark(vw):
                     expected = None if deleted else value
                     break
@@ -127,36 +192,34 @@ class Recorder:
 
     def dependencies(self) -> list[tuple[int, int, str, str]]:
         """(dependent, dependency, kind, key) for every dependency between certified
-        transactions, rebuilt from what was read and the install order of every key."""
+        transactions, rebuilt from what was read and the install order of every key.
+
+        The version a writer overwrote is the latest one installed before it that had not
+        been rolled back by then (recovery removes versions; a later writer then overwrites
+        the one below)."""
         certified = self.certifications
-        order: dict[str, list[int]] = {k: [v[0] for v in vs] for k, vs in self.versions.items()}
-        position = {
-            key: {writer: i for i, writer in enumerate(writers)} for key, writers in order.items()
-        }
+        rolled_at = self.rolled_back_txns
         edges: list[tuple[int, int, str, str]] = []
-
-        def next_writer(key: str, after: int) -> int | None:
-            writers = order.get(key)
-            if not writers:
-                return None
-            if after == 0:
-                return writers[0]
-            i = position[key].get(after)
-            return writers[i + 1] if i is not None and i + 1 < len(writers) else None
-
+        readers: dict[tuple[str, int], list[int]] = {}
         for txn_id, cert in certified.items():
             for key, writer in cert.reads:
+                readers.setdefault((key, writer), []).append(txn_id)
                 if writer and writer in certified:
                     edges.append((txn_id, writer, "wr", key))
-                later = next_writer(key, writer)
-                if later is not None and later != txn_id and later in certified:
-                    edges.append((later, txn_id, "rw", key))
-            for key in cert.writes:
-                i = position.get(key, {}).get(txn_id)
-                if i:
-                    previous = order[key][i - 1]
-                    if previous in certified:
-                        edges.append((txn_id, previous, "ww", key))
+        for key, versions in self.versions.items():
+            for i, (writer, _, _, _, step) in enumerate(versions):
+                overwritten = 0
+                for earlier, _, _, _, _ in reversed(versions[:i]):
+                    if rolled_at.get(earlier, step + 1) > step:
+                        overwritten = earlier
+                        break
+                if writer not in certified:
+                    continue
+                if overwritten and overwritten in certified:
+                    edges.append((writer, overwritten, "ww", key))
+                for reader in readers.get((key, overwritten), ()):
+                    if reader != writer:
+                        edges.append((writer, reader, "rw", key))
         edges.extend(self._phantom_dependencies())
         return edges
 
@@ -187,7 +250,10 @@ class Recorder:
         (those a sparse clock, or the garbage collection of read stamps, may drop)."""
         violations: list[str] = []
         chain = self.known_chain
+        gone = self._gone()
         for dependent, dependency, kind, key in self.dependencies():
+            if dependent in gone or dependency in gone:
+                continue  # it never happened: its dependencies bind nothing
             cert = self.certifications[dependent]
             at = self.known_at_certification[dependent]
             known = chain[at] if at >= 0 else {}
@@ -224,7 +290,10 @@ class Recorder:
             return found
 
         violations: list[str] = []
+        gone = self._gone()
         for dependent, dependency, kind, key in self.dependencies():
+            if dependent in gone or dependency in gone:
+                continue
             at = admission(dependent)
             if at < len(chain) and admission(dependency) > at:
                 self._note(
@@ -246,21 +315,30 @@ class Recorder:
 class DurabilityOracle:
     """DESIGN.md §1's durability promise, judged from the acceptors (see the module doc)."""
 
-    def __init__(self, leaders: list[ShardLeader], followers: dict[int, list[ShardFollower]]) -> None:
-        self.leaders = leaders
-        self.followers = followers
+    def __init__(self, replicas: Callable[[], list[Any]], regions: int) -> None:
+        """``replicas()``: every shard replica (leaders and followers, a crashed one too: what
+        it accepted before it crashed counted then); a shard has one per region, and a
+        majority of ``regions`` is what makes an entry durable."""
+        self.replicas = replicas
+        self.majority = regions // 2 + 1
         self.verified: dict[int, int] = {}
         self.violations: list[str] = []
         self.checked = 0
 
     def _acceptors(self, shard: int) -> list[Any]:
-        leader = self.leaders[shard]
-        assert leader.stream is not None
-        return [leader.stream.acceptor] + [f.stream.acceptor for f in self.followers[shard]]
+        found = []
+        for replica in self.replicas():
+            if (
+                replica.shard == shard
+                and replica.stream is not None
+                and all(replica.stream.acceptor is not seen for seen in found)
+            ):
+                found.append(replica.stream.acceptor)
+        return found
 
     def _durable_counters(self, shard: int) -> set[int]:
         acceptors = self._acceptors(shard)
-        majority = len(acceptors) // 2 + 1
+        majority = self.majority
         votes: dict[int, int] = {}
         for acceptor in acceptors:
             seen: set[int] = set()
@@ -279,8 +357,18 @@ class DurabilityOracle:
                 votes[counter] = votes.get(counter, 0) + 1
         return {counter for counter, count in votes.items() if count >= majority}
 
+    def _ended(self, shard: int, epoch: int) -> bool:
+        """Whether ``epoch`` has ended on the shard's stream (a marker of it is chosen)."""
+        return any(
+            replica.shard == shard and replica.epochs.ended >= epoch for replica in self.replicas()
+        )
+
     def _aborted(self, shard: int) -> set[int]:
-        return self.leaders[shard].participant.aborted_counters()
+        found: set[int] = set()
+        for replica in self.replicas():
+            if replica.shard == shard and isinstance(replica, ShardLeader):
+                found |= replica.participant.aborted_counters()
+        return found
 
     def check(self, label: str, vc: VectorClock) -> None:
         """Called when a client is told COMMITTED (and for every snapshot's watermark)."""
@@ -291,8 +379,18 @@ class DurabilityOracle:
                 continue
             durable = self._durable_counters(shard) | self._aborted(shard)
             counter = start
-            while counter < needed and counter + 1 in durable:
-                counter += 1
+            last_epoch = needed >> EPOCH_SHIFT
+            while counter < needed:
+                following = counter + 1
+                if following in durable:
+                    counter = following
+                    continue
+                epoch = following >> EPOCH_SHIFT
+                if epoch < last_epoch and self._ended(shard, epoch):
+                    # The rest of an ended epoch is rolled back, never committed.
+                    counter = counter_base(epoch + 1)
+                    continue
+                break
             self.verified[shard] = counter
             if counter < needed:
                 self.violations.append(
@@ -302,10 +400,15 @@ class DurabilityOracle:
                 return
 
 
-def divergence(leaders: list[ShardLeader], followers: dict[int, list[ShardFollower]]) -> list[str]:
+def divergence(
+    leaders: Sequence[ShardLeader | None], followers: dict[int, list[ShardFollower]]
+) -> list[str]:
     """After the load stops and faults heal: each follower holds exactly its leader's data."""
     problems = []
-    for leader in leaders:
+    for shard, leader in enumerate(leaders):
+        if leader is None:
+            problems.append(f"shard {shard}: no leader")
+            continue
         expected = leader_data(leader.store, leader.vw.entries)
         everything = leader_data(leader.store, {s: 1 << 62 for s in range(len(leaders))})
         if expected != everything:

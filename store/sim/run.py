@@ -28,6 +28,7 @@ from jepsen.checkers.bank import check_bank
 from jepsen.history import write_history
 from store.client.protocol import ClientSettings, TxnResult
 from store.core.partition import Partitioner
+from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import Procedures
 from store.sim.client import History, SdkProcess, SnapshotReads, WorkloadClient
@@ -59,6 +60,7 @@ class SimOptions:
     wan_rtt_ms: float = 50.0
     scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
     snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
+    crashes: bool = False  # crash shard leaders during the load (followers take over)
 
     def faults(self) -> Faults:
         duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
@@ -73,6 +75,7 @@ OPTION_FLAGS = {
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
     "scan_fraction": "--scan-fraction", "snapshot_fraction": "--snapshot-fraction",
+    "crashes": "--crashes",
 }
 assert set(OPTION_FLAGS) == {f.name for f in fields(SimOptions)}, "a SimOptions field has no flag"
 
@@ -95,6 +98,11 @@ class SeedResult:
     coordinator_gave_up: int = 0
     # Client operations by the error they ended with (Aborted after its retries, ...).
     client_errors: dict[str, int] = field(default_factory=dict)
+    # Recovery: epochs the cluster went through (failovers), processes crashed, and
+    # transactions rolled back.
+    failovers: int = 0
+    crashes: int = 0
+    rolled_back: int = 0
 
     @property
     def valid(self) -> bool:
@@ -119,7 +127,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         regions=regions, wan_rtt_ms=options.wan_rtt_ms, breaks=breaks, probe=recorder,
     )
     with_followers = options.regions > 1
-    oracle = DurabilityOracle(cluster.leaders, cluster.followers) if with_followers else None
+    oracle = DurabilityOracle(cluster.all_replicas, options.regions) if with_followers else None
 
     workload: Any
     if options.workload == "bank":
@@ -139,12 +147,13 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             if oracle is not None:
                 oracle.check(f"a snapshot of shard {shard}", reply.vw)
 
-        snapshots = SnapshotReads(
-            {s: [f.address for f in fs] for s, fs in cluster.followers.items()},
-            check_snapshot, options.snapshot_fraction,
-        )
+        def followers_now() -> dict[int, list[str]]:
+            return {s: [f.address for f in fs] for s, fs in cluster.current_followers().items()}
+
+        snapshots = SnapshotReads(followers_now, check_snapshot, options.snapshot_fraction)
 
     def committed(label: str, result: TxnResult) -> None:
+        recorder.client_committed(result.txn)
         if oracle is not None:
             oracle.check(f"{label} committed", result.vc)
 
@@ -154,7 +163,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         WorkloadClient(
             SdkProcess(
                 sim, network, f"client/{i}", regions[0], cluster.leader_addresses, partitioner,
-                ClientSettings(), cluster.rpc_settings,
+                ClientSettings(), cluster.rpc_settings, cm_members=cluster.cm_members,
             ),
             history, i, options.clients, workload, stop_at, committed, snapshots,
         )
@@ -167,6 +176,12 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     if options.partitions:
         nemesis = PartitionNemesis(sim, network, cluster, with_followers, stop_at)
         nemesis.start()
+    crashes = None
+    if options.crashes:
+        if not with_followers:
+            raise ValueError("--crashes needs followers to take over (--regions 3)")
+        crashes = CrashNemesis(sim, cluster, stop_at)
+        crashes.start()
 
     sim.run_until(stop_at)
     while nemesis is not None and network.is_partitioned():
@@ -179,7 +194,11 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     def quiet() -> bool:
         if any(client.busy() for client in clients) or cluster.locks_held():
             return False
-        return not (with_followers and divergence(cluster.leaders, cluster.followers))
+        if not with_followers:
+            return True
+        return not cluster.unsettled() and not divergence(
+            cluster.current_leaders(), cluster.current_followers()
+        )
 
     while sim.now_ns < settle_end and not quiet():
         sim.run_until(min(settle_end, sim.now_ns + SETTLE_CHECK_NS))
@@ -207,13 +226,18 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             for kind in verdict["anomaly_types"]:
                 kinds[kind] = kinds.get(kind, 0) + verdict["anomaly_counts"][kind]
             details["not"] = sorted(verdict.get("not", []))
+    if cluster.cm:
+        recorder.conclude(cluster.final_map().fvw)
     found("vc-dominance", recorder.dominance)
     found("dependency-uncovered", recorder.uncovered_dependencies())
     found("dependency-closure", recorder.closure_violations())
     found("snapshot-mismatch", recorder.snapshots)
     if oracle is not None:
         found("committed-before-durable", oracle.violations)
-        found("follower-diverged", divergence(cluster.leaders, cluster.followers))
+        found("follower-diverged", divergence(cluster.current_leaders(), cluster.current_followers()))
+        found("recovery-unfinished", cluster.unsettled())
+    found("lost-committed", recorder.lost_committed())
+    found("rollback-incomplete", recorder.rollback_violations())
     found("invariant-broken", [f"{address}: {text}" for address, _, text in cluster.fatal])
     leaked = cluster.locks_held()
     if leaked:
@@ -245,7 +269,13 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         history_path=history_path,
         snapshot_reads=recorder.snapshots_checked,
         settled_ms=(sim.now_ns - healed_at) // MS,
-        coordinator_gave_up=sum(leader.coordinator.counters["gave_up"] for leader in cluster.leaders),
+        coordinator_gave_up=sum(
+            replica.coordinator.counters["gave_up"] for replica in cluster.live_replicas()
+            if isinstance(replica, ShardLeader)
+        ),
+        failovers=max((member.map.epoch for member in cluster.cm), default=0),
+        crashes=crashes.crashed if crashes is not None else 0,
+        rolled_back=len(recorder.rolled_back_txns),
         client_errors=dict(sorted(client_errors.items())),
     )
 
@@ -308,9 +338,14 @@ class PartitionNemesis:
             self.sim.after(self.TARGET_WAIT_STEP_NS, self._strike_leader, waited + 1)
             return
         targets = targets or [
-            leader.address for leader in self.cluster.leaders if leader.participant.held_count()
+            leader.address for leader in self.cluster.current_leaders()
+            if leader is not None and leader.participant.held_count()
         ]
-        chosen = self.sim.rng.choice(targets or self.cluster.leader_addresses)
+        live = [leader.address for leader in self.cluster.current_leaders() if leader is not None]
+        if not (targets or live):
+            self.sim.after(self.TARGET_WAIT_STEP_NS, self._strike_leader, waited)
+            return
+        chosen = self.sim.rng.choice(targets or live)
         self._cut([chosen], one_way=self.sim.rng.random() < 0.5)
 
     def _cut(self, inside: list[str], one_way: bool) -> None:
@@ -332,7 +367,9 @@ class PartitionNemesis:
         """Leaders that validating transactions will install at, and wait for no more."""
         addresses = self.cluster.leader_addresses
         found = set()
-        for leader in self.cluster.leaders:
+        for leader in self.cluster.current_leaders():
+            if leader is None:
+                continue
             for shard in leader.coordinator.install_targets_pending_decision():
                 if shard != leader.shard:
                     found.add(addresses[shard])
@@ -341,6 +378,39 @@ class PartitionNemesis:
     def _heal(self) -> None:
         self.network.heal()
         self.sim.after(self.sim.rng.randrange(50 * MS, 300 * MS), self._strike)
+
+
+class CrashNemesis:
+    """Crashes shard leaders while the load runs: the process vanishes with all it held in
+    memory (a follower must take over, docs/recovery.md). A shard loses one replica at most
+    (no restarts yet: a second loss would leave it without a majority). The first crash
+    comes in the first half of the load; another may follow on a different shard."""
+
+    def __init__(self, sim: Simulator, cluster: SimCluster, stop_at: int) -> None:
+        self.sim = sim
+        self.cluster = cluster
+        self.stop_at = stop_at
+        self.crashed = 0
+        self._shards_hit: set[int] = set()
+
+    def start(self) -> None:
+        self.sim.after(self.sim.rng.randrange(self.stop_at // 10, self.stop_at // 2), self._crash)
+
+    def _crash(self) -> None:
+        sim = self.sim
+        if sim.now_ns >= self.stop_at:
+            return
+        candidates = [
+            leader for leader in self.cluster.current_leaders()
+            if leader is not None and leader.shard not in self._shards_hit
+        ]
+        if candidates:
+            victim = sim.rng.choice(candidates)
+            self._shards_hit.add(victim.shard)
+            self.cluster.server_of(victim).crash()
+            self.crashed += 1
+        if sim.rng.random() < 0.5:
+            sim.after(sim.rng.randrange(1, max(2, (self.stop_at - sim.now_ns))), self._crash)
 
 
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
@@ -371,6 +441,11 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "cross_shard_fraction": round(sum(r.cross_shard for r in results) / max(transactions, 1), 4),
         "snapshot_reads_checked": sum(r.snapshot_reads for r in results),
         "coordinator_gave_up": sum(r.coordinator_gave_up for r in results),
+        "failovers": sum(r.failovers for r in results),
+        "seeds_with_failover": sum(1 for r in results if r.failovers),
+        "crashes": sum(r.crashes for r in results),
+        "rolled_back": sum(r.rolled_back for r in results),
+        "lost_committed": sum(1 for r in results if "lost-committed" in r.anomaly_kinds),
         "client_errors": _add_counts(r.client_errors for r in results),
         "anomalies": sum(r.anomalies for r in results),
         "anomaly_kinds": sorted(kinds),
@@ -396,7 +471,7 @@ def replay_command(seed: int, options: SimOptions, out_dir: str | None = None) -
     parts = ["meridian sim", f"--seed {seed}"]
     for name, flag in OPTION_FLAGS.items():
         value = getattr(options, name)
-        if name == "partitions":
+        if name in ("partitions", "crashes"):
             if value:
                 parts.append(flag)
         elif name == "speculation":

@@ -113,6 +113,9 @@ class StreamLeader:
         self.acceptor = acceptor if acceptor is not None else Acceptor(stream, settings)
         self.counters_in_order = counters_in_order
         self.epoch = epoch
+        # Holes found by phase 1 are of the epoch the stream was in when it was taken over,
+        # whatever epoch new entries have moved on to by the time phase 1 completes.
+        self._takeover_epoch = epoch
         self.phase = Phase.PREPARING
         self.deposed_by: Ballot | None = None
         self.first_slot = first_slot
@@ -326,7 +329,7 @@ class StreamLeader:
         end = max(self._found, default=self.first_slot - 1) + 1
         # Re-proposals and no-ops go to the head of the queue in slot order; the queue
         # hands out slots in order from first_slot, so each lands in its own slot.
-        noop = Entry(EntryKind.NOOP, epoch=self.epoch)
+        noop = Entry(EntryKind.NOOP, epoch=self._takeover_epoch)
         takeover = [
             self._found[slot][1] if slot in self._found else noop
             for slot in range(self.first_slot, end)

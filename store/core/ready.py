@@ -1,0 +1,18 @@
+"""``Ready``: what a replica wants done after a step (the etcd-raft pattern)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from store.core.messages import Message
+
+
+@dataclass(slots=True)
+class Ready:
+    """What the replica wants done: send ``messages`` (in order), wake it at ``wake_at``, and
+    if ``successor`` is set, host that replica from now on instead (a follower promoted to
+    leader; its messages are in this Ready, the successor's come from its own)."""
+
+    messages: list[tuple[str, Message]] = field(default_factory=list)
+    wake_at: int | None = None
+    successor: object | None = None
