@@ -73,7 +73,13 @@ def measure(
             sizes.append(len(certification.vc.encode()))
             entries.append(len(certification.vc))
 
-        def installed(self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock) -> None:
+        def installed(
+            self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock,
+            overwritten: list[int],
+        ) -> None:
+            pass
+
+        def rolled_back(self, address: str, txn_id: int) -> None:
             pass
 
         def watermark(self, address: str, vw: Mapping[int, int]) -> None:

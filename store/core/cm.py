@@ -19,7 +19,9 @@ duplicated command changes nothing.
   ``leader_timeout_ns`` without one (never within ``leader_timeout_ns`` of becoming leader,
   so a new CM leader first hears everyone), picks the follower of that shard that heartbeat
   most recently within the timeout and has delivered the most of the shard's stream, and
-  proposes ``failover(shard, old, new, epoch + 1)``.
+  proposes ``failover(shard, old, new, epoch + 1)``. The old leader stays one of the shard's
+  replicas: the shard's stream still needs a majority of all its regions (a replica that is
+  gone just never answers), so a shard that has lost two of three cannot commit.
 * **Finalized watermarks.** A shard leader's heartbeat carries the finalized watermarks of
   the epochs that have ended on its stream; the leader proposes ``finalized(epoch, shard,
   watermark)`` for each it has not recorded. When every shard has one for an epoch, the
@@ -119,7 +121,9 @@ class ClusterMap:
                 return False
             self.epoch = epoch
             self.leaders[shard] = new
-            self.followers[shard].remove(new)
+            # The old leader stays a member of the shard's stream: the quorum is a majority
+            # of all its regions, whether or not one of them is gone.
+            self.followers[shard] = [old if f == new else f for f in self.followers[shard]]
             return True
         if kind == "finalized":
             _, epoch, shard, watermark = command
@@ -389,7 +393,12 @@ class ConfigMember:
             live = []
             for follower in cluster_map.followers[shard]:
                 seen = self._heard.get(follower)
-                if seen is not None and now_ns - seen[0] <= timeout:
+                if (
+                    seen is not None
+                    and now_ns - seen[0] <= timeout
+                    and seen[1].role == FOLLOWER
+                    and seen[1].shard == shard
+                ):
                     live.append((-seen[1].delivered, follower))
             if not live:
                 continue  # nobody to take over: the shard waits

@@ -268,7 +268,9 @@ class ShardFollower:
             acceptor=stream.acceptor,
             first_slot=stream.learner.delivered_through,
             known_chosen=dict(self._recent),
-            ballot_round=max(stream.acceptor.promised.round, 1) + 1,
+            # The epoch orders takeovers: every leader of every epoch proposes above the
+            # last one, whatever this acceptor happened to see of it.
+            ballot_round=max(cluster_map.epoch, stream.acceptor.promised.round) + 1,
             epochs=self.epochs,
             vw=dict(self.vw.items()),
             fvw_applied=self.fvw_applied,

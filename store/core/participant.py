@@ -112,6 +112,10 @@ class Participant:
         # known yet, the vector watermark frozen when it ended.
         self.epoch = 0
         self._doubt: dict[int, dict[int, int]] = {}
+        # False while a new leader is still taking its stream over: what a majority had
+        # accepted from the old leader is not all replayed here yet, so nothing is
+        # certified against this store (lock, validate and solo certification refuse).
+        self.certifying = True
         self._hidden_blocked_on: dict[int, list[tuple[int, int]]] = {}
         # Switches that turn one safety step off; only the simulator's --break uses them, to
         # show that the checkers catch what each step prevents.
@@ -155,7 +159,11 @@ class Participant:
             state, counter = finished
             return state == INSTALLED, counter, EMPTY
         epoch = self.epoch if epoch is None else epoch
-        if epoch != self.epoch or (self._doubt and self._any_in_doubt(keys)):
+        if (
+            epoch != self.epoch
+            or not self.certifying
+            or (self._doubt and self._any_in_doubt(keys))
+        ):
             return False, 0, EMPTY
         if not self._skip_locking and not self.store.try_lock_all(keys, txn_id):
             return False, 0, EMPTY
@@ -224,7 +232,7 @@ class Participant:
         epoch: int | None = None,
     ) -> bool:
         """Checks the reads; on success stamps ``vc`` on them (read-write dependencies)."""
-        if epoch is not None and epoch != self.epoch:
+        if (epoch is not None and epoch != self.epoch) or not self.certifying:
             return False
         reads = list(reads)
         scans = list(scans)
@@ -321,6 +329,7 @@ class Participant:
         keys = [key for key, _, _ in writes]
         if (
             epoch != self.epoch
+            or not self.certifying
             or (self._doubt and self._any_in_doubt(keys))
             or not self._check_reads(txn_id, reads, scans)
         ):

@@ -71,7 +71,7 @@ from store.core.paxos import (
 )
 from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
-from store.core.storage import VersionedStore
+from store.core.storage import ROLLED_BACK, VersionedStore
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ShardWatermark, VectorWatermark
@@ -80,11 +80,15 @@ from store.core.watermark import ShardWatermark, VectorWatermark
 class Probe(Protocol):
     """What the simulator's oracles watch in a replica (production passes none): every
     certification at its coordinator, every install in its store, in order, and its vector
-    watermark after every step that raised it."""
+    watermark after every step that raised it. ``installed`` names, per write, the
+    transaction whose version it overwrote in this store (0: none or preloaded)."""
 
     def certified(self, certification: Certification) -> None: ...
 
-    def installed(self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock) -> None: ...
+    def installed(
+        self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock,
+        overwritten: list[int],
+    ) -> None: ...
 
     def watermark(self, address: str, vw: Mapping[int, int]) -> None: ...
 
@@ -300,7 +304,7 @@ class ShardLeader:
 
     def _on_installed(self, txn_id: int, counter: int, writes: list[Write], vc: VectorClock) -> None:
         if self._probe is not None:
-            self._probe.installed(self.shard, txn_id, writes, vc)
+            self._probe.installed(self.shard, txn_id, writes, vc, self._overwritten(writes))
         if self.stream is not None:
             keys = [key for key, _, _ in writes]
             self._speculative.setdefault(self.epoch, []).append((txn_id, vc, keys))
@@ -333,12 +337,26 @@ class ShardLeader:
             # that base it would vouch for counters of an epoch that has ended.
             if entry.watermark >= counter_base(entry.epoch) and entry.watermark > self._durable_mark:
                 self._durable_mark = entry.watermark
+        if not self.participant.certifying and self.epochs.ended >= self.epoch - 1:
+            self.participant.certifying = True  # the takeover is complete: all is replayed
         if ready.chosen:
             forget = stream.chosen_through - stream.settings.log_retained_slots
             if forget > stream.acceptor.forgotten_before:
                 stream.forget_before(forget)
                 stream.acceptor.forget_before(forget)
         self._stream_wake_at = ready.wake_at
+
+    def _overwritten(self, writes: list[Write]) -> list[int]:
+        """For the probe: the writer of the version each write overwrote here."""
+        found = []
+        for key, _, _ in writes:
+            previous = 0
+            for version in reversed(self.store.chain(key)[:-1]):
+                if version.state != ROLLED_BACK:
+                    previous = version.txn_id
+                    break
+            found.append(previous)
+        return found
 
     def _replay_entry(self, entry: Any) -> None:
         for record in entry.records:
@@ -410,6 +428,7 @@ class ShardLeader:
         stream.append_inf(now_ns)
         stream.set_epoch(epoch)
         self.stream = stream
+        self.participant.certifying = False  # until the old epoch has ended on the stream
         self._pump_stream()
         self._apply_fvws()
 

@@ -61,6 +61,8 @@ class Recorder:
         # Per key, its versions in install order: (writer txn id, value, deleted, vc, step).
         self.versions: dict[str, list[tuple[int, Any, bool, VectorClock, int]]] = {}
         self.preloaded: dict[str, Any] = {}
+        # (key, writer) -> the writer of the version it overwrote in the store it installed in.
+        self.overwrote: dict[tuple[str, int], int] = {}
         # What is known durable cluster-wide (the maximum of every replica's vector
         # watermark), after every step that raised it.
         self.known: dict[int, int] = {}
@@ -92,14 +94,18 @@ class Recorder:
             if writer and writer_vc is not None and not writer_vc <= full:
                 self._note(self.dominance, f"txn {txn_id} {full} read {key!r} from {writer} {writer_vc}")
 
-    def installed(self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock) -> None:
+    def installed(
+        self, shard: int, txn_id: int, writes: list[Write], vc: VectorClock,
+        overwritten: list[int],
+    ) -> None:
         self._step += 1
         # A single-shard transaction is certified where it installs, before its coordinator
         # hears of it: what was known durable then is what its clock could leave out.
         self.known_at_certification.setdefault(txn_id, len(self.known_chain) - 1)
         self.clocks[txn_id] = vc
-        for key, value, deleted in writes:
+        for (key, value, deleted), previous in zip(writes, overwritten, strict=True):
             self.versions.setdefault(key, []).append((txn_id, value, deleted, vc, self._step))
+            self.overwrote[(key, txn_id)] = previous
 
     def watermark(self, address: str, vw: Mapping[int, int]) -> None:
         known = self.known
@@ -194,11 +200,10 @@ class Recorder:
         """(dependent, dependency, kind, key) for every dependency between certified
         transactions, rebuilt from what was read and the install order of every key.
 
-        The version a writer overwrote is the latest one installed before it that had not
-        been rolled back by then (recovery removes versions; a later writer then overwrites
-        the one below)."""
+        The version a writer overwrote is the one the store it installed in held (recovery
+        removes versions, and after a takeover the new leader's store is not the old
+        one's)."""
         certified = self.certifications
-        rolled_at = self.rolled_back_txns
         edges: list[tuple[int, int, str, str]] = []
         readers: dict[tuple[str, int], list[int]] = {}
         for txn_id, cert in certified.items():
@@ -207,12 +212,8 @@ class Recorder:
                 if writer and writer in certified:
                     edges.append((txn_id, writer, "wr", key))
         for key, versions in self.versions.items():
-            for i, (writer, _, _, _, step) in enumerate(versions):
-                overwritten = 0
-                for earlier, _, _, _, _ in reversed(versions[:i]):
-                    if rolled_at.get(earlier, step + 1) > step:
-                        overwritten = earlier
-                        break
+            for writer, _, _, _, _ in versions:
+                overwritten = self.overwrote[(key, writer)]
                 if writer not in certified:
                     continue
                 if overwritten and overwritten in certified:
