@@ -188,10 +188,15 @@ class ShardFollower:
             self._recent[slot] = entry
             if not self.epochs.add(entry):
                 continue  # a marker, or void: its epoch already ended on this stream
+            # An entry of an epoch whose FVW is already applied here (this follower caught up
+            # late) keeps only what the FVW keeps.
+            fvw = self.map.fvw.get(entry.epoch) if self.map and entry.epoch <= self.fvw_applied else None
             for record in entry.records:
                 self.applied_records += 1
+                if fvw is not None and not VectorClock.from_wire(record[2]).le_watermark(fvw):
+                    continue
                 replayed = self.store.replay(record, self.shard, entry.epoch)
-                if replayed is not None:
+                if replayed is not None and fvw is None:
                     self._speculative.setdefault(entry.epoch, []).append(replayed)
             self._held_visibility.append((entry.epoch, entry.watermark, entry.vw))
         self._release_visibility()
@@ -268,9 +273,10 @@ class ShardFollower:
             acceptor=stream.acceptor,
             first_slot=stream.learner.delivered_through,
             known_chosen=dict(self._recent),
-            # The epoch orders takeovers: every leader of every epoch proposes above the
-            # last one, whatever this acceptor happened to see of it.
-            ballot_round=max(cluster_map.epoch, stream.acceptor.promised.round) + 1,
+            # The epoch orders takeovers: the leader of a later epoch proposes above every
+            # earlier one, and one promoted by a map that is out of date (a late message)
+            # loses to the leader of the current epoch instead of deposing it.
+            ballot_round=cluster_map.epoch + 1,
             epochs=self.epochs,
             vw=dict(self.vw.items()),
             fvw_applied=self.fvw_applied,

@@ -359,12 +359,19 @@ class ShardLeader:
         return found
 
     def _replay_entry(self, entry: Any) -> None:
+        # An entry of an epoch whose FVW is already applied keeps only what the FVW keeps.
+        fvw = None
+        if self.map is not None and entry.epoch <= self.fvw_applied:
+            fvw = self.map.fvw.get(entry.epoch)
         for record in entry.records:
+            if fvw is not None and not VectorClock.from_wire(record[2]).le_watermark(fvw):
+                continue
             replayed = self.store.replay(record, self.shard, entry.epoch)
             if replayed is None:
                 continue
             txn_id, vc, keys = replayed
-            self._speculative.setdefault(entry.epoch, []).append((txn_id, vc, keys))
+            if fvw is None:
+                self._speculative.setdefault(entry.epoch, []).append((txn_id, vc, keys))
             self.participant.remember_installed(txn_id, vc)
 
     # ---- epochs (docs/recovery.md) -------------------------------------------------------
