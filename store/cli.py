@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="with followers: share of client operations that are follower snapshot reads",
     )
     sim.add_argument(
-        "--break", dest="break_step", choices=["validation", "locking"],
+        "--break", dest="break_step",
+        choices=["validation", "locking", "fvw", "no-inf", "takeover"],
         help="switch one safety step off in the servers, to show the checkers catch it",
     )
     sim.add_argument(

@@ -99,8 +99,10 @@ class ShardFollower:
         settings: Settings = DEFAULT_SETTINGS,
         partitioner: Partitioner | None = None,
         procedures: Procedures | None = None,
+        breaks: frozenset[str] = frozenset(),
     ) -> None:
         self.shard = shard
+        self.breaks = breaks
         self.address = address
         self._probe = probe
         self.stream = StreamFollower(shard, stream_settings)
@@ -285,7 +287,8 @@ class ShardFollower:
         )
         return ShardLeader(
             self.shard, cluster_map.leaders, self.partitioner, self.procedures, self.settings,
-            probe=self._probe, now_ns=now_ns, followers=cluster_map.followers[self.shard],
+            breaks=self.breaks, probe=self._probe, now_ns=now_ns,
+            followers=cluster_map.followers[self.shard],
             stream_settings=self.stream_settings, cm_members=self.cm_members,
             store=self.store, takeover=takeover,
         )

@@ -479,6 +479,10 @@ class Participant:
     def in_doubt(self) -> bool:
         return bool(self._doubt)
 
+    def frozen(self, epoch: int) -> dict[int, int] | None:
+        """The vector watermark ``epoch`` ended with here, while its FVW is not applied."""
+        return self._doubt.get(epoch)
+
     def committed_watermark(self, vw: Mapping[int, int]) -> Mapping[int, int]:
         """What may count as committed now: ``vw``, or while an ended epoch's FVW is
         unknown, the vector watermark that epoch ended with (a later epoch's watermark says

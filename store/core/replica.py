@@ -191,6 +191,10 @@ class ShardLeader:
         # ended epoch's are rolled back by its FVW if above it.
         self._speculative: dict[int, list[tuple[int, VectorClock, list[str]]]] = {}
         self._heartbeat_at = now_ns
+        # Recovery steps that --break switches off (the simulator must catch each).
+        self._break_fvw = "fvw" in breaks
+        self._break_inf = "no-inf" in breaks
+        self._break_takeover = "takeover" in breaks
         if takeover is not None:
             self._take_over(now_ns, list(followers), stream_settings, takeover)
         self._handlers: dict[type, Callable[[int, str, Message], None]] = {
@@ -430,7 +434,7 @@ class ShardLeader:
             self.shard, self.address, followers, Ballot(takeover.ballot_round, self.address),
             stream_settings, now_ns=now_ns, acceptor=takeover.acceptor,
             first_slot=takeover.first_slot, known_chosen=takeover.known_chosen,
-            epoch=epoch - 1,
+            epoch=epoch - 1, skip_phase1=self._break_takeover,
         )
         stream.append_inf(now_ns)
         stream.set_epoch(epoch)
@@ -446,7 +450,8 @@ class ShardLeader:
         self.coordinator.begin_epoch(now_ns, epoch)
         stream = self.stream
         if stream is not None and stream.phase is not Phase.DEPOSED:
-            stream.append_inf(now_ns)  # closes the open batch first: all of the old epoch
+            if not self._break_inf:
+                stream.append_inf(now_ns)  # closes the open batch first: all of the old epoch
             stream.set_epoch(epoch)
         # The old epoch has ended on the stream before these settle: they stay unsettled in
         # it (its finalized watermark stops below them), and no longer hold the new one back.
@@ -467,6 +472,8 @@ class ShardLeader:
             if epoch <= self.fvw_applied or epoch >= self.epoch:
                 continue
             fvw = cluster_map.fvw[epoch]
+            if self._break_fvw:
+                fvw = self.participant.frozen(epoch) or fvw  # the last known watermark
             for txn_id, vc, keys in self._speculative.pop(epoch, []):
                 if not vc.le_watermark(fvw):
                     self._roll_back(txn_id, keys)

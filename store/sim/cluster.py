@@ -220,7 +220,7 @@ class SimCluster:
                 follower = ShardFollower(
                     shard, follower_address(region, shard), stream_settings, probe=probe,
                     cm_members=self.cm_members, settings=settings, partitioner=self.partitioner,
-                    procedures=procedures,
+                    procedures=procedures, breaks=breaks,
                 )
                 self.followers[shard].append(follower)
                 self._serve(follower, region)

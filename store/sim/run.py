@@ -38,7 +38,10 @@ from store.sim.network import MS, US, Faults, Network
 from store.sim.oracles import DurabilityOracle, Recorder, divergence
 from store.sim.workloads import Bank, ListAppend, register_bank
 
-BREAKABLE_STEPS = ("validation", "locking")
+# Safety steps --break switches off: certification's, and recovery's (docs/recovery.md):
+# "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
+# ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1.
+BREAKABLE_STEPS = ("validation", "locking", "fvw", "no-inf", "takeover")
 # How often the settle phase looks whether the cluster has gone quiet.
 SETTLE_CHECK_NS = 50 * MS
 

@@ -33,7 +33,8 @@ def pack(value: Any) -> bytes:
     return packed
 
 
-ENTRY = [0, [], [], [], 0, []]  # a well-formed empty entry: kind, records, counters, vc, watermark, vw
+# A well-formed empty entry: kind, records, counters, vc, watermark, vw, epoch.
+ENTRY = [0, [], [], [], 0, [], 0]
 
 
 @pytest.mark.parametrize(
@@ -48,13 +49,14 @@ ENTRY = [0, [], [], [], 0, []]  # a well-formed empty entry: kind, records, coun
         pack([101, -1, [1, "us"], 0]),  # negative stream
         pack([101, 1, [1, 2], 0]),  # ballot leader not a string
         pack([101, 1, [1, "us", 3], 0]),  # ballot of three fields
-        pack([103, 1, [1, "us"], 0, [5, [], [], [], 0, []], 0]),  # unknown entry kind
-        pack([103, 1, [1, "us"], 0, [0, ["r"], [], [], 0, []], 0]),  # record without counter
-        pack([103, 1, [1, "us"], 0, [1, ["r"], [1], [], 0, []], 0]),  # no-op with records
-        pack([103, 1, [1, "us"], 0, [0, [], [], [1], 0, []], 0]),  # odd vector clock
-        pack([103, 1, [1, "us"], 0, [0, [], [], [], "w", []], 0]),  # watermark not an int
-        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0, [1]], 0]),  # odd leader vector watermark
-        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0], 0]),  # entry without its vw field
+        pack([103, 1, [1, "us"], 0, [5, [], [], [], 0, [], 0], 0]),  # unknown entry kind
+        pack([103, 1, [1, "us"], 0, [0, ["r"], [], [], 0, [], 0], 0]),  # record without counter
+        pack([103, 1, [1, "us"], 0, [1, ["r"], [1], [], 0, [], 0], 0]),  # no-op with records
+        pack([103, 1, [1, "us"], 0, [0, [], [], [1], 0, [], 0], 0]),  # odd vector clock
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], "w", [], 0], 0]),  # watermark not an int
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0, [1], 0], 0]),  # odd leader vector watermark
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0, [], -1], 0]),  # negative epoch
+        pack([103, 1, [1, "us"], 0, [0, [], [], [], 0, []], 0]),  # entry without its epoch
         pack([102, 1, [1, "us"], 0, [[0, [1, "us"]]], True]),  # accepted item of two
         pack([102, 1, [1, "us"], 0, [], 1]),  # complete not a bool
         pack([108, 1, 0, [ENTRY, "x"]]),

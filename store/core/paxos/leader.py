@@ -86,6 +86,7 @@ class StreamLeader:
         known_chosen: Mapping[int, Entry] | None = None,
         counters_in_order: bool = False,
         epoch: int = 0,
+        skip_phase1: bool = False,
     ) -> None:
         """A leader of ``stream`` at ``address``; ``peers`` are the acceptors of the other
         regions. ``acceptor`` is this region's acceptor (a fresh one by default; on takeover,
@@ -100,6 +101,9 @@ class StreamLeader:
 
         ``epoch``: the epoch entries are stamped with (``set_epoch`` moves it on); a leader
         taking a stream over fills holes with no-ops of the epoch it is ending.
+
+        ``skip_phase1`` is for showing that the simulator catches it (``--break takeover``):
+        the leader proposes from ``first_slot`` without asking anyone what was accepted.
         """
         assert ballot.leader == address, "a ballot names its leader"
         assert address not in peers
@@ -151,7 +155,10 @@ class StreamLeader:
         self.heartbeats_proposed = 0
         self.noops_proposed = 0
         self.retransmissions = 0
-        self._start_phase1(now_ns)
+        if skip_phase1:
+            self.phase = Phase.LEADING
+        else:
+            self._start_phase1(now_ns)
 
     # ---- the replica's calls -----------------------------------------------------------
 
