@@ -80,6 +80,12 @@ def _print_summary(summary: dict) -> None:  # type: ignore[type-arg]
         f"{summary['transactions_indeterminate']}); cross-shard "
         f"{summary['cross_shard_fraction']:.0%}"
     )
+    if summary.get("failovers"):
+        print(
+            f"  recovery: {summary['failovers']} failover(s) in {summary['seeds_with_failover']} "
+            f"seed(s), {summary['crashes']} crash(es), {summary['rolled_back']} transaction(s) "
+            f"rolled back, committed ones lost in {summary['lost_committed']} seed(s)"
+        )
     print(f"  histories checked: {summary['histories_checked']}; anomalies: {summary['anomalies']}")
     if summary["anomalies"]:
         print(f"  anomaly kinds: {', '.join(summary['anomaly_kinds'])}")

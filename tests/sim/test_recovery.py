@@ -1,0 +1,67 @@
+"""Leaders that die, in the simulator (docs/recovery.md; issue 10's "Done when", simulator part).
+
+Shard leaders are crashed during the load (all their memory lost); the configuration
+manager replaces them with followers, which take their streams over; every shard ends the
+epoch, the finalized vector watermark is assembled, what is above it is rolled back. Checked
+on every seed: the history, every oracle, no transaction a client heard COMMITTED rolled
+back (``lost-committed``), everything that depended on a rolled-back transaction rolled back
+too, one live leader per shard and every replica in the final epoch with its FVW applied,
+and followers equal to their leaders.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from store.cli import main
+from store.sim.run import SimOptions, run_many
+
+
+@pytest.mark.parametrize("workload", ["list-append", "bank"])
+def test_crashed_leaders_are_replaced_and_nothing_committed_is_lost(workload: str, capsys) -> None:
+    code = main([
+        "sim", "--seeds", "100", "--regions", "3", "--shards", "3", "--loss", "0.05",
+        "--crashes", "--duration-ms", "1000", "--workload", workload, "--json",
+    ])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["lost_committed"] == 0
+    assert summary["seeds_with_failover"] >= 80
+    assert summary["crashes"] >= 100
+    assert summary["transactions_committed"] > 1000
+
+
+def test_crashes_and_partitions_together() -> None:
+    """A partitioned leader is replaced too (it is alive: it must step down when it hears
+    of the new epoch), and a crash may come on top."""
+    summary = run_many(
+        list(range(16)),
+        SimOptions(loss=0.05, regions=3, partitions=True, crashes=True, duration_ms=1000),
+    )
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["failovers"] > summary["crashes"]  # partitions caused some too
+    assert summary["rolled_back"] > 0
+
+
+@pytest.mark.parametrize(
+    ("step", "caught_by"),
+    [
+        # Rolling back above each replica's last known watermark, not the FVW, undoes
+        # committed transactions and leaves replicas disagreeing.
+        ("fvw", {"lost-committed", "follower-diverged", "rollback-incomplete"}),
+        # Without INF a healthy shard never ends the epoch: no FVW, no end to recovery.
+        ("no-inf", {"recovery-unfinished", "follower-diverged"}),
+        # Without phase 1 a new leader overwrites what a majority had accepted.
+        ("takeover", {"lost-committed", "follower-diverged", "invariant-broken",
+                      "recovery-unfinished", "G1a", "snapshot-mismatch"}),
+    ],
+)
+def test_each_recovery_step_broken_is_caught(step: str, caught_by: set[str]) -> None:
+    summary = run_many(
+        list(range(12)),
+        SimOptions(loss=0.05, regions=3, crashes=True, duration_ms=1000, break_step=step),
+    )
+    assert caught_by & set(summary["seeds_with_anomalies"]), summary["seeds_with_anomalies"]
