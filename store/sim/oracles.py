@@ -327,7 +327,7 @@ class DurabilityOracle:
         self.checked = 0
 
     def _acceptors(self, shard: int) -> list[Any]:
-        found = []
+        found: list[Any] = []
         for replica in self.replicas():
             if (
                 replica.shard == shard
