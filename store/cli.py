@@ -145,11 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(run=cmd_sim)
 
-    serve = commands.add_parser("serve", help="run one shard-leader server process")
+    serve = commands.add_parser(
+        "serve", help="run one server process: a shard's leader or follower, or a CM member"
+    )
     serve.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
-    serve.add_argument("--shard", required=True, type=int)
-    serve.add_argument("--role", choices=["leader", "follower"], default="leader")
-    serve.add_argument("--region", help="the follower's region")
+    serve.add_argument("--shard", type=int, help="the shard (leader and follower roles)")
+    serve.add_argument("--role", choices=["leader", "follower", "cm"], default="leader")
+    serve.add_argument("--region", help="the follower's or CM member's region")
     serve.set_defaults(run=cmd_serve)
 
     up = commands.add_parser("up", help="start a local cluster; Ctrl-C stops it")
@@ -186,10 +188,19 @@ def _config(path: Path):  # type: ignore[no-untyped-def]
 def cmd_serve(args: argparse.Namespace) -> int:
     from store.node.server import serve
 
+    from store.config import ConfigError
+
     config = _config(args.config)
-    if not 0 <= args.shard < len(config.shards):
+    if args.role == "cm":
+        if args.region is None:
+            raise SystemExit("meridian: a CM member needs --region")
+        args.shard = -1
+    elif args.shard is None or not 0 <= args.shard < len(config.shards):
         raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
-    serve(config, args.shard, args.role, args.region)
+    try:
+        serve(config, args.shard, args.role, args.region)
+    except ConfigError as exc:
+        raise SystemExit(f"meridian: {exc}") from None
     return 0
 
 

@@ -17,6 +17,11 @@ the SDK share.
     [[shards]]
     leader = "127.0.0.1:7100"              # host:port of the shard leader's RPC endpoint
     region = "us"
+    followers = [{ region = "eu", address = "127.0.0.2:7100" }]
+
+    [[cm]]                                 # configuration manager: one member per region
+    region = "us"                          # (needed for failover; docs/recovery.md)
+    address = "127.0.0.1:7300"
 
 Shards are numbered in file order. Every field is checked; a bad file raises
 ``ConfigError`` naming the field.
@@ -71,9 +76,10 @@ class WanConfig:
 
 @dataclass(frozen=True)
 class ReplicaNode:
-    """One server process: a shard's leader or one of its followers."""
+    """One server process: a shard's leader or one of its followers, or a configuration
+    manager member (role "cm", shard -1)."""
 
-    role: str  # "leader" or "follower"
+    role: str  # "leader", "follower" or "cm"
     shard: int
     region: str
     rpc: tuple[str, int]
@@ -99,13 +105,34 @@ class ClusterConfig:
     wan: WanConfig | None = None
     stream: dict[str, Any] = field(default_factory=dict)
     rpc: RpcSettings = MERIDIAN_RPC_SETTINGS
+    cm: tuple[tuple[str, tuple[str, int]], ...] = ()
 
     def nodes(self) -> list[ReplicaNode]:
-        """Every server process: the leaders, then the followers, shard by shard."""
+        """Every server process: the leaders, then the followers, shard by shard, then the
+        configuration manager's members."""
         nodes = [ReplicaNode("leader", s.shard, s.region, s.leader) for s in self.shards]
         for shard in self.shards:
             nodes += [ReplicaNode("follower", shard.shard, r, a) for r, a in shard.followers]
-        return nodes
+        return nodes + self.cm_nodes()
+
+    def cm_nodes(self) -> list[ReplicaNode]:
+        return [ReplicaNode("cm", -1, region, address) for region, address in self.cm]
+
+    def cm_addresses(self) -> list[str]:
+        return [node.address for node in self.cm_nodes()]
+
+    def shard_nodes(self, shard: int) -> list[ReplicaNode]:
+        """Every replica of one shard: its first leader, then its followers."""
+        config = self.shards[shard]
+        return [ReplicaNode("leader", shard, config.region, config.leader)] + [
+            ReplicaNode("follower", shard, region, address) for region, address in config.followers
+        ]
+
+    def peers(self, node: ReplicaNode) -> list[ReplicaNode]:
+        """The processes ``node`` exchanges Paxos messages with: every other replica of its
+        shard (any of them may lead it after a failover), or the other CM members."""
+        group = self.cm_nodes() if node.role == "cm" else self.shard_nodes(node.shard)
+        return [peer for peer in group if peer.address != node.address]
 
     def node(self, role: str, shard: int, region: str | None = None) -> ReplicaNode:
         for node in self.nodes():
@@ -117,18 +144,21 @@ class ClusterConfig:
         return node.rpc[0], node.rpc[1] + self.replication_port_offset
 
     def wan_links(self) -> list[tuple[str, tuple[str, int], tuple[str, int], str, str, str]]:
-        """(name, listen, target, source host, from address, to address) per direction of
-        every leader-follower pair, when a wan section is configured."""
+        """(name, listen, target, source host, from address, to address) for each direction
+        between two Paxos peers in different regions (every pair of a shard's replicas, every
+        pair of CM members), when a wan section is configured."""
         assert self.wan is not None
         links = []
         port = self.wan.port_base
-        for shard in self.shards:
-            leader = ReplicaNode("leader", shard.shard, shard.region, shard.leader)
-            for region, address in shard.followers:
-                follower = ReplicaNode("follower", shard.shard, region, address)
-                for src, dst in ((leader, follower), (follower, leader)):
+        groups = [self.shard_nodes(shard.shard) for shard in self.shards] + [self.cm_nodes()]
+        for group in groups:
+            for src in group:
+                for dst in group:
+                    if src.region == dst.region:
+                        continue
+                    label = "cm" if src.role == "cm" else str(src.shard)
                     links.append((
-                        f"{src.region}-{dst.region}/{shard.shard}",
+                        f"{src.region}-{dst.region}/{label}",
                         (src.rpc[0], port),
                         self.replication_listen(dst),
                         src.rpc[0],
@@ -139,20 +169,16 @@ class ClusterConfig:
         return links
 
     def replication_routes(self, node: ReplicaNode) -> dict[str, tuple[str, int]]:
-        """Where ``node`` dials each replica it sends Paxos messages to."""
-        routes: dict[str, tuple[str, int]] = {}
-        shard = self.shards[node.shard]
-        peers = (
-            [ReplicaNode("follower", shard.shard, r, a) for r, a in shard.followers]
-            if node.role == "leader"
-            else [ReplicaNode("leader", shard.shard, shard.region, shard.leader)]
-        )
+        """Where ``node`` dials each peer it sends Paxos messages to (through the wan proxy
+        between regions, when one is configured)."""
+        peers = self.peers(node)
         if self.wan is None:
             return {peer.address: self.replication_listen(peer) for peer in peers}
         by_pair = {(src, dst): listen for _, listen, _, _, src, dst in self.wan_links()}
-        for peer in peers:
-            routes[peer.address] = by_pair[(node.address, peer.address)]
-        return routes
+        return {
+            peer.address: by_pair.get((node.address, peer.address), self.replication_listen(peer))
+            for peer in peers
+        }
 
     def partitioner(self) -> Partitioner:
         if self.partitioner_kind == "prefix":
@@ -241,6 +267,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         rpc = MERIDIAN_RPC_SETTINGS.replace(**data.get("rpc", {}))
     except TypeError as exc:
         raise ConfigError(f"[rpc]: {exc}") from None
+    cm = _parse_cm(data.get("cm", []), regions, shards)
     return ClusterConfig(
         name=str(cluster.get("name", "meridian")),
         path=path,
@@ -256,4 +283,28 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         wan=wan,
         stream=dict(data.get("stream", {})),
         rpc=rpc,
+        cm=cm,
     )
+
+
+def _parse_cm(
+    raw: object, regions: tuple[str, ...], shards: list[ShardConfig]
+) -> tuple[tuple[str, tuple[str, int]], ...]:
+    """The ``[[cm]]`` members: one per region at most, on addresses no replica uses."""
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ConfigError("[[cm]] entries are tables with a region and an address")
+    members = []
+    for number, entry in enumerate(raw):
+        region = entry.get("region")
+        if region not in regions:
+            raise ConfigError(f"cm[{number}].region {region!r} is not a declared region")
+        members.append((region, parse_address(entry.get("address"), f"cm[{number}].address")))
+    if len({region for region, _ in members}) != len(members):
+        raise ConfigError("[[cm]]: one member per region")
+    used = {s.leader for s in shards} | {a for s in shards for _, a in s.followers}
+    for region, address in members:
+        if address in used:
+            raise ConfigError(f"[[cm]]: {address[0]}:{address[1]} is also a replica's address")
+    if members and not any(s.followers for s in shards):
+        raise ConfigError("[[cm]]: failover needs followers (a shard with none cannot fail over)")
+    return tuple(members)

@@ -97,8 +97,10 @@ class Client:
         settings: ClientSettings,
         client_id: str | None = None,
         rpc_settings: RpcSettings = MERIDIAN_RPC_SETTINGS,
+        cm_members: Sequence[tuple[str, int]] = (),
     ) -> None:
-        self._addresses = list(addresses)
+        # Addresses are "host:port" strings, as the cluster map names replicas.
+        self._addresses = [f"{host}:{port}" for host, port in addresses]
         self._config: ClusterConfig | None = None
         self._snapshot_ids = itertools.count(1)
         self.partitioner = partitioner
@@ -110,6 +112,7 @@ class Client:
         self.protocol = ClientProtocol(
             self.client_id, self._addresses, partitioner, settings, time.monotonic,
             random.Random(int.from_bytes(os.urandom(8), "little")),
+            [f"{host}:{port}" for host, port in cm_members],
         )
         self._closed = False
 
@@ -126,7 +129,8 @@ class Client:
         config = cluster if isinstance(cluster, ClusterConfig) else config_module.load(cluster)
         base = ClientSettings(**{**config.client, **overrides}) if settings is None else settings
         client = cls(
-            [s.leader for s in config.shards], config.partitioner(), base, client_id, config.rpc
+            [s.leader for s in config.shards], config.partitioner(), base, client_id, config.rpc,
+            [address for _, address in config.cm],
         )
         client._config = config
         for address in client._addresses:
@@ -206,9 +210,9 @@ class Client:
     async def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
         """Each shard leader's health and counters (None for one that does not answer);
         with ``replicas``, every follower's too, after the leaders."""
-        targets = list(self._addresses)
+        targets: list[Any] = list(self.protocol.leaders)
         if replicas and self._config is not None:
-            targets = [node.rpc for node in self._config.nodes()]
+            targets = [node.address for node in self._config.nodes()]
         statuses: list[dict[str, Any] | None] = []
         timeout = self.settings.attempt_timeout_s
         for address in targets:
@@ -321,6 +325,12 @@ class Client:
             except RpcError as exc:
                 error = exc
 
+    async def cluster_map(self) -> tuple[int, list[str]]:
+        """Asks the configuration manager for the cluster map and adopts it if newer:
+        (epoch, each shard's leader). Epoch -1: the cluster file's (no CM answered)."""
+        await self._drive(self.protocol.refresh_config())
+        return self.protocol.epoch, [str(a) for a in self.protocol.leaders]
+
     async def _carry_out(self, effect: Any) -> Any:
         if isinstance(effect, Call):
             session = self._sessions.get(effect.address)
@@ -331,7 +341,7 @@ class Client:
             session = self._sessions.get(effect.address)
             if session is None or session.error is not None:
                 self._sessions.pop(effect.address, None)
-                session = await self._rpc.connect(effect.address, timeout=effect.timeout_s)
+                session = await self._rpc.connect(_endpoint(effect.address), timeout=effect.timeout_s)
                 self._sessions[effect.address] = session
             return None
         if isinstance(effect, ForgetSession):
@@ -449,3 +459,12 @@ class BlockingClient:
 
 async def _connect_in_loop(cluster: Any, kwargs: dict[str, Any]) -> Client:
     return await Client.connect(cluster, **kwargs)
+
+
+def _endpoint(address: Any) -> Any:
+    """The RPC endpoint of an address: "host:port" (as the cluster map names replicas), or
+    already a (host, port) pair."""
+    if isinstance(address, str):
+        host, _, port = address.rpartition(":")
+        return host, int(port)
+    return address

@@ -32,6 +32,11 @@ def counter_base(epoch: int) -> int:
     return epoch << EPOCH_SHIFT
 
 
+def format_counter(counter: int) -> str:
+    """A counter or watermark as people read it, ``epoch:n`` (a base reads ``epoch:0``)."""
+    return f"{counter >> EPOCH_SHIFT}:{counter & ((1 << EPOCH_SHIFT) - 1)}"
+
+
 def epoch_of(counter: int) -> int:
     """The epoch a counter (or watermark) belongs to; a base belongs to the epoch before."""
     return max(0, counter - 1) >> EPOCH_SHIFT

@@ -1,4 +1,5 @@
-"""A server process: a shard's leader or follower, hosted on UDP, gRPC and the event loop.
+"""A server process: a shard's leader or follower, or a configuration manager (CM) member,
+hosted on UDP, gRPC and the event loop.
 
 This module adds no protocol logic (DESIGN.md §7). The replica is hosted by
 ``store.node.host.ReplicaHost`` — the same adapter the simulator drives — on an RPC
@@ -29,6 +30,7 @@ import msgpack
 
 from store import wire
 from store.config import ClusterConfig, ReplicaNode
+from store.core.cm import ClusterMap, ConfigMember
 from store.core.follower import ShardFollower
 from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
 from store.core.replica import ShardLeader
@@ -84,8 +86,19 @@ def _peer_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def initial_map(config: ClusterConfig) -> ClusterMap:
+    """The cluster map of epoch 0: the cluster file's leaders and followers."""
+    return ClusterMap(
+        0,
+        config.leader_addresses(),
+        [[f"{host}:{port}" for _, (host, port) in shard.followers] for shard in config.shards],
+    )
+
+
 class ShardServer:
-    """One server process: a shard's leader, or one of its followers (``node.role``)."""
+    """One server process: a shard's leader, one of its followers, or a CM member
+    (``node.role``). A follower the CM promotes becomes its shard's leader in place: the
+    host swaps the replica, and ``replica`` is always the one serving now."""
 
     def __init__(
         self,
@@ -101,9 +114,15 @@ class ShardServer:
         self.node = node or config.node("leader", shard)
         self.procedures = load_procedures(config)
         stream_settings = DEFAULT_STREAM_SETTINGS.with_overrides(**config.stream)
-        self.replica: ShardLeader | ShardFollower
-        if self.node.role == "leader":
-            self.replica = ShardLeader(
+        cm_members = config.cm_addresses()
+        replica: ShardLeader | ShardFollower | ConfigMember
+        if self.node.role == "cm":
+            replica = ConfigMember(
+                self.node.address, cm_members, initial_map(config), config.settings,
+                stream_settings, now_ns=time.monotonic_ns(),
+            )
+        elif self.node.role == "leader":
+            replica = ShardLeader(
                 shard,
                 config.leader_addresses(),
                 config.partitioner(),
@@ -112,10 +131,13 @@ class ShardServer:
                 now_ns=time.monotonic_ns(),
                 followers=[f"{host}:{port}" for _, (host, port) in config.shards[shard].followers],
                 stream_settings=stream_settings,
+                cm_members=cm_members,
             )
         else:
-            self.replica = ShardFollower(
-                shard, self.node.address, stream_settings, now_ns=time.monotonic_ns()
+            replica = ShardFollower(
+                shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
+                cm_members=cm_members, settings=config.settings,
+                partitioner=config.partitioner(), procedures=self.procedures,
             )
         nexus = Nexus()
         host, port = self.node.rpc
@@ -131,7 +153,7 @@ class ShardServer:
                 loop=loop,
             )
         self.host = ReplicaHost(
-            self.replica,
+            replica,
             self.rpc,
             LoopTimers(loop),
             peer_address=_peer_address,
@@ -157,8 +179,29 @@ class ShardServer:
         if self.transport is not None and dst in self.transport_routes:
             self.transport.send(dst, message)
 
+    @property
+    def replica(self) -> ShardLeader | ShardFollower | ConfigMember:
+        return self.host.replica
+
     def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
         replica = self.replica
+        if isinstance(replica, ConfigMember):
+            cluster_map = replica.map
+            cm_status = {
+                "shard": -1,
+                "address": replica.address,
+                "region": self.node.region,
+                "role": "cm",
+                "pid": os.getpid(),
+                "uptime_s": round(time.time() - self.started_at, 3),
+                "leading": replica.leading(),
+                "epoch": cluster_map.epoch,
+                "leaders": list(cluster_map.leaders),
+                "followers": [list(f) for f in cluster_map.followers],
+                "failovers": replica.failovers,
+                "counters": dict(self.counters),
+            }
+            return bytes(msgpack.packb(cm_status))
         if isinstance(replica, ShardFollower):
             follower_status = {
                 "shard": self.shard,
@@ -167,6 +210,7 @@ class ShardServer:
                 "role": "follower",
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started_at, 3),
+                "epoch": replica.epoch,
                 "watermark": replica.vw[self.shard],
                 "vector_watermark": {str(k): v for k, v in sorted(replica.vw.items())},
                 "keys": replica.store.key_count(),
@@ -182,10 +226,11 @@ class ShardServer:
         status = {
             "shard": self.shard,
             "address": replica.address,
-            "region": self.config.shards[self.shard].region,
-            "role": "leader",
+            "region": self.node.region,
+            "role": "retired" if replica.retired else "leader",
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started_at, 3),
+            "epoch": replica.epoch,
             "watermark": replica.durable_watermark(),
             "vector_watermark": {str(k): v for k, v in sorted(replica.vw.entries.items())},
             "keys": replica.store.key_count(),
@@ -280,6 +325,8 @@ async def _serve(config: ClusterConfig, node: ReplicaNode) -> None:
 
 
 def log_name(node: ReplicaNode) -> str:
+    if node.role == "cm":
+        return f"cm-{node.region}"
     if node.role == "leader":
         return f"shard-{node.shard}"
     return f"shard-{node.shard}-{node.region}"

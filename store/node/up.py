@@ -1,8 +1,17 @@
 """``meridian up``: start every process of a local cluster, wait for it, stop it cleanly.
 
-Each shard leader is a child process (``meridian serve``). The children watch their parent
-and exit if it disappears, and ``up`` stops every child on Ctrl-C or SIGTERM (SIGTERM, then
-SIGKILL for any that linger), so stopping ``up`` leaves no process behind.
+Each server (a shard's leader or follower, a configuration manager member, the wan proxy) is
+a child process (``meridian serve``). The children watch their parent and exit if it
+disappears, and ``up`` stops every child on Ctrl-C or SIGTERM (SIGTERM, then SIGKILL for any
+that linger), so stopping ``up`` leaves no process behind.
+
+Supervision. A child that dies while the cluster runs (killed, or crashed) is reported — its
+name, pid, how it ended and the tail of its output — and the rest keep running: with a
+configuration manager the shard's followers take over (docs/recovery.md). The one exception
+is a broken invariant (exit status 70): that is a bug, the cluster's state is suspect, and
+``up`` stops everything and exits non-zero. Dead processes are not restarted yet: a replica
+restarted with its memory gone needs its state transferred from a live one before it may
+vote in its shard's Paxos stream again, and that is not built.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from store.config import ClusterConfig
+from store.core.epoch import format_counter
 
 
 class ProcessCluster:
@@ -27,6 +37,7 @@ class ProcessCluster:
         self.python = python
         self.children: list[subprocess.Popen[bytes]] = []
         self.names: list[str] = []
+        self.reported: set[str] = set()  # children whose death was reported
 
     def start(self) -> None:
         from store.node.server import log_name
@@ -40,7 +51,12 @@ class ProcessCluster:
                 self.python, "-m", "store.cli", "serve", "--config", str(self.config.path),
                 "--shard", str(node.shard), "--role", node.role,
             ]
-            if node.role == "follower":
+            if node.role == "cm":
+                command = [
+                    self.python, "-m", "store.cli", "serve", "--config", str(self.config.path),
+                    "--role", "cm", "--region", node.region,
+                ]
+            elif node.role == "follower":
                 command += ["--region", node.region]
             self._spawn(log_name(node), command, env)
         if self.config.wan is not None:
@@ -89,12 +105,38 @@ class ProcessCluster:
         return asyncio.run(poll())
 
     def _check_children(self) -> None:
+        """While starting: any child that ended is an error."""
         for name, child in zip(self.names, self.children, strict=True):
             code = child.poll()
             if code is not None:
-                log = self.config.run_dir / f"{name}.out"
-                tail = log.read_text()[-2000:] if log.exists() else ""
-                raise RuntimeError(f"{name} exited with {code}:\n{tail}")
+                raise RuntimeError(f"{name} exited with {code}:\n{self._tail(name)}")
+
+    def supervise(self) -> list[str]:
+        """While running: reports each child that ended since the last call (returned as
+        lines) and keeps the rest running; a broken invariant (status 70) raises."""
+        from store.node.server import EXIT_INVARIANT_BROKEN
+
+        lines = []
+        for name, child in zip(self.names, self.children, strict=True):
+            code = child.poll()
+            if code is None or name in self.reported:
+                continue
+            self.reported.add(name)
+            if code == EXIT_INVARIANT_BROKEN:
+                raise RuntimeError(f"{name} exited with {code}:\n{self._tail(name)}")
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+            lines.append(
+                f"{name} (pid {child.pid}) {how}; the rest of the cluster keeps running"
+                + (f"\n{self._tail(name, 600)}" if code > 0 else "")
+            )
+        return lines
+
+    def _tail(self, name: str, chars: int = 2000) -> str:
+        log = self.config.run_dir / f"{name}.out"
+        return log.read_text()[-chars:] if log.exists() else ""
+
+    def pid_of(self, name: str) -> int:
+        return self.children[self.names.index(name)].pid
 
     def stop(self, grace_s: float = 5.0) -> None:
         for child in self.children:
@@ -116,6 +158,12 @@ class ProcessCluster:
 def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
     lines = [f"cluster {config.name!r}: {len(config.shards)} shard(s), regions {', '.join(config.regions)}"]
     for status in statuses:
+        if status["role"] == "cm":
+            lines.append(
+                f"  cm       {'member':<8} {status['address']:<16} region {status['region']}  "
+                f"pid {status['pid']}"
+            )
+            continue
         lines.append(
             f"  shard {status['shard']}  {status['role']:<8} {status['address']:<16} "
             f"region {status['region']}  pid {status['pid']}"
@@ -148,7 +196,8 @@ def run_up(config: ClusterConfig) -> int:
         while not stop_requested:
             time.sleep(0.2)
             if not stop_requested:
-                cluster._check_children()
+                for line in cluster.supervise():
+                    print(line, flush=True)
     except (RuntimeError, TimeoutError) as exc:
         if stop_requested:
             return 0
@@ -160,17 +209,28 @@ def run_up(config: ClusterConfig) -> int:
     return 0
 
 
-def format_status(config: ClusterConfig, statuses: list[dict[str, Any] | None]) -> str:
-    lines = [f"{'shard':>5}  {'leader':<21} {'health':<8} {'watermark':>9} {'keys':>8} {'in-flight':>9} {'certified':>9} {'committed':>9} {'aborted':>8}"]
-    for shard, status in zip(config.shards, statuses, strict=True):
-        if status is None:
-            lines.append(f"{shard.shard:>5}  {shard.leader_address:<21} {'DOWN':<8}")
+def format_status(
+    epoch: int, leaders: list[str], statuses: list[dict[str, Any] | None]
+) -> str:
+    """One line per shard: its leader in the cluster map (epoch -1: the cluster file's, no
+    configuration manager answered), the leader's process and counters."""
+    source = "cluster file" if epoch < 0 else "configuration manager"
+    lines = [
+        f"epoch {max(epoch, 0)} (leaders from the {source})",
+        f"{'shard':>5}  {'leader':<21} {'pid':>7} {'health':<8} {'watermark':>9} {'keys':>8} "
+        f"{'in-flight':>9} {'certified':>9} {'committed':>9} {'aborted':>8} {'rolled back':>11}",
+    ]
+    for shard, (leader, status) in enumerate(zip(leaders, statuses, strict=True)):
+        if status is None or status.get("role") != "leader":
+            health = "DOWN" if status is None else status.get("role", "?").upper()
+            lines.append(f"{shard:>5}  {leader:<21} {'-':>7} {health:<8}")
             continue
         counters = status["counters"]
         lines.append(
-            f"{shard.shard:>5}  {status['address']:<21} {'up':<8} {status['watermark']:>9} "
-            f"{status['keys']:>8} {status['in_flight']:>9} {counters['certified']:>9} "
-            f"{counters['committed']:>9} {counters['aborted']:>8}"
+            f"{shard:>5}  {status['address']:<21} {status['pid']:>7} {'up':<8} "
+            f"{format_counter(status['watermark']):>9} {status['keys']:>8} {status['in_flight']:>9} "
+            f"{counters['certified']:>9} {counters['committed']:>9} {counters['aborted']:>8} "
+            f"{counters.get('rolled_back', 0):>11}"
         )
     return "\n".join(lines)
 
@@ -178,16 +238,17 @@ def format_status(config: ClusterConfig, statuses: list[dict[str, Any] | None]) 
 def run_status(config: ClusterConfig) -> int:
     from store.client import Client
 
-    async def fetch() -> list[dict[str, Any] | None]:
+    async def fetch() -> tuple[int, list[str], list[dict[str, Any] | None]]:
         client = await Client.connect(config, connect_timeout_s=0.5, attempt_timeout_s=0.5)
         try:
-            return await client.status()
+            epoch, leaders = await client.cluster_map()
+            return epoch, leaders, await client.status()
         finally:
             await client.close()
 
-    statuses = asyncio.run(fetch())
-    print(format_status(config, statuses))
-    return 0 if all(statuses) else 1
+    epoch, leaders, statuses = asyncio.run(fetch())
+    print(format_status(epoch, leaders, statuses))
+    return 0 if all(s is not None and s.get("role") == "leader" for s in statuses) else 1
 
 
 def pid_alive(pid: int) -> bool:
