@@ -326,11 +326,19 @@ class ClientProtocol:
             if remaining <= 0:
                 raise self._unknown(pending, "no answer within the timeout")
             try:
-                yield from self._connect(pending.shard, address, remaining)
+                # Once sent, reconnecting is one more attempt: no longer than one.
+                budget = min(remaining, settings.attempt_timeout_s) if sent else remaining
+                yield from self._connect(pending.shard, address, budget)
             except Unavailable:
-                if sent:
-                    raise self._unknown(pending, "the leader became unreachable") from None
-                raise
+                if not sent:
+                    raise
+                if self.cm_members:
+                    if (yield from self._replaced(pending.shard, address)):
+                        raise self._unknown(
+                            pending, f"its leader {address} was replaced in epoch {self.epoch}"
+                        ) from None
+                    continue  # the map still names it: keep trying until the deadline
+                raise self._unknown(pending, "the leader became unreachable") from None
             sent = True
             try:
                 answer = yield Call(
@@ -339,9 +347,15 @@ class ClientProtocol:
             except RpcError as exc:
                 # A lost request or answer, or a dead session (the leader was slow, restarted
                 # or unreachable): ask again under the same id while time remains; the
-                # server's exactly-once table makes that safe.
+                # server's exactly-once table makes that safe. Unless the configuration
+                # manager has replaced that leader meanwhile: then its answer will never
+                # come, and waiting out the deadline would only delay the caller.
                 if isinstance(exc, SessionError):
                     yield ForgetSession(address)
+                if self.cm_members and (yield from self._replaced(pending.shard, address)):
+                    raise self._unknown(
+                        pending, f"its leader {address} was replaced in epoch {self.epoch}"
+                    ) from None
                 if not isinstance(exc, RequestTimeout):
                     yield Sleep(min(backoff, max(0.0, deadline - self.clock())))
                     backoff = min(backoff * 2, settings.backoff_max_s)
@@ -353,6 +367,12 @@ class ClientProtocol:
             if not isinstance(outcome, Outcome) or outcome.seq not in (original.seq, 0):
                 raise self._unknown(pending, "unexpected answer")
             return outcome
+
+    def _replaced(self, shard: int, address: Address) -> Steps[bool]:
+        """Asks the configuration manager for the map: does another replica lead ``shard``
+        now?"""
+        yield from self.refresh_config()
+        return bool(self.leaders[shard] != address)
 
     def _connect(self, shard: int, address: Address, remaining_s: float) -> Steps[None]:
         timeout = max(0.01, min(self.settings.connect_timeout_s, remaining_s))

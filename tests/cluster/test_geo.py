@@ -24,12 +24,17 @@ from tests.conftest import REPO
 _ports = itertools.count(21000 + (os.getpid() % 100) * 40, 20)
 
 
-def geo_cluster_file(directory: Path, rtt_ms: float = 50.0) -> Path:
+def geo_cluster_file(
+    directory: Path, rtt_ms: float = 50.0, cm: bool = False, **settings: int
+) -> Path:
+    """Three regions, two shards led from us; with ``cm``, a configuration manager member
+    in each region (failover)."""
     port = next(_ports)
     lines = [
         "[cluster]", 'name = "geo-test"', f'run_dir = "{directory / "run"}"',
         f'python_path = ["{REPO}"]', 'procedures = ["store.sim.workloads:register_bank"]',
         "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 10",
+        *(f"{name} = {value}" for name, value in settings.items()),
         "[client]", "timeout_s = 5.0",
         '[[regions]]\nname = "us"', '[[regions]]\nname = "eu"', '[[regions]]\nname = "ap"',
     ]
@@ -39,6 +44,9 @@ def geo_cluster_file(directory: Path, rtt_ms: float = 50.0) -> Path:
             f'followers = [{{ region = "eu", address = "127.0.0.2:{port + shard}" }}, '
             f'{{ region = "ap", address = "127.0.0.3:{port + shard}" }}]',
         ]
+    if cm:
+        for number, region in enumerate(("us", "eu", "ap"), start=1):
+            lines += ["[[cm]]", f'region = "{region}"', f'address = "127.0.0.{number}:{port + 10}"']
     lines += [
         "[wan]", f"rtt_ms = {rtt_ms}", "jitter_ms = 1", f"port_base = {port + 5000}",
         f'control = "127.0.0.1:{port + 4999}"',
