@@ -186,9 +186,8 @@ def _config(path: Path):  # type: ignore[no-untyped-def]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from store.node.server import serve
-
     from store.config import ConfigError
+    from store.node.server import serve
 
     config = _config(args.config)
     if args.role == "cm":

@@ -302,7 +302,7 @@ def _parse_cm(
     if len({region for region, _ in members}) != len(members):
         raise ConfigError("[[cm]]: one member per region")
     used = {s.leader for s in shards} | {a for s in shards for _, a in s.followers}
-    for region, address in members:
+    for _, address in members:
         if address in used:
             raise ConfigError(f"[[cm]]: {address[0]}:{address[1]} is also a replica's address")
     if members and not any(s.followers for s in shards):
