@@ -157,7 +157,7 @@ async def drive(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str,
         lost = 0
         for key in sorted(acknowledged):
             value = await admin.get(key)
-            lost += max(0, acknowledged[key] - ((value or 0)))
+            lost += max(0, acknowledged[key] - (value or 0))
             assert (value or 0) <= acknowledged[key] + unknown.get(key, 0), (key, value)
         statuses = await admin.status()
         rolled_back = sum(s["counters"].get("rolled_back", 0) for s in statuses if s is not None)
@@ -223,7 +223,7 @@ def plot(run: dict[str, Any], shards: int, args: argparse.Namespace, path: Path)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seconds = int(math.ceil(args.duration))
+    seconds = math.ceil(args.duration)
     figure, axes = plt.subplots(figsize=(9, 4))
     for shard in range(shards):
         axes.plot(range(seconds), per_second(run["commits"], shard, seconds), label=f"shard {shard}")

@@ -450,7 +450,7 @@ class Coordinator:
         for shard, writes in sorted(txn.write_shards.items()):
             keys = [key for key, _, _ in writes]
             if shard == self.shard:
-                ok, counter, deps = self.participant.lock(txn.txn_id, keys, txn.epoch)
+                ok, counter, deps = self.participant.lock(txn.txn_id, keys, txn.epoch, now_ns)
                 if not ok:
                     self._abort_everywhere(now_ns, txn, "lock conflict")
                     return
@@ -487,11 +487,14 @@ class Coordinator:
         txn.durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
         txn.full_vc = full
         txn.vc = vc
-        read_shards = sorted(
+        # Every shard that read or locked votes: a write-only participant's vote tells it
+        # the transaction is still alive, so that its locks do not expire under it.
+        voters = sorted(
             {s for s, reads in txn.reads.items() if reads}
             | {s for s, scans in txn.scans.items() if scans}
+            | set(txn.counters)
         )
-        for shard in read_shards:
+        for shard in voters:
             reads = list(txn.reads.get(shard, {}).items())
             scans = txn.scans.get(shard, [])
             if shard == self.shard:

@@ -66,13 +66,14 @@ OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
 
 
 class _Held:
-    __slots__ = ("counter", "deps", "epoch", "keys")
+    __slots__ = ("counter", "deps", "epoch", "keys", "voted")
 
     def __init__(self, keys: list[str], counter: int, deps: VectorClock, epoch: int) -> None:
         self.keys = keys
         self.counter = counter
         self.deps = deps
         self.epoch = epoch
+        self.voted = False  # validated here: the coordinator may have decided to commit
 
 
 class Participant:
@@ -92,6 +93,9 @@ class Participant:
         self.settings = settings
         self._on_installed = on_installed
         self._held: dict[int, _Held] = {}
+        # (expires at, txn id) of held locks not yet known to have voted (lazy: checked on pop).
+        self._expiries: list[tuple[int, int]] = []
+        self.expired = 0  # transactions aborted here because their locks expired
         self._finished: OrderedDict[int, tuple[int, int]] = OrderedDict()
         # Clocks of recent solo certifications, so a retransmitted solo request is answered
         # with the first outcome.
@@ -148,9 +152,11 @@ class Participant:
     # ---- certification -------------------------------------------------------------------
 
     def lock(
-        self, txn_id: int, keys: list[str], epoch: int | None = None
+        self, txn_id: int, keys: list[str], epoch: int | None = None, now_ns: int | None = None
     ) -> tuple[bool, int, VectorClock]:
-        """Locks ``keys`` for ``txn_id`` and draws a counter; (ok, counter, dependencies)."""
+        """Locks ``keys`` for ``txn_id`` and draws a counter; (ok, counter, dependencies).
+        With ``now_ns``, the locks expire ``lock_timeout_ns`` later unless the transaction
+        has voted by then (``expire``)."""
         held = self._held.get(txn_id)
         if held is not None:
             return True, held.counter, held.deps
@@ -170,7 +176,26 @@ class Participant:
         counter = self.watermark.draw()
         deps = self.dependencies(keys)
         self._held[txn_id] = _Held(keys, counter, deps, epoch)
+        if now_ns is not None and self.settings.lock_timeout_ns > 0:
+            heapq.heappush(self._expiries, (now_ns + self.settings.lock_timeout_ns, txn_id))
         return True, counter, deps
+
+    def expire(self, now_ns: int) -> list[int]:
+        """Aborts, on its own, every transaction whose locks have expired before it voted
+        (see ``Settings.lock_timeout_ns``); returns their ids. Safe: a transaction that has
+        not voted here cannot have been decided, and its validation will now fail."""
+        expired = []
+        while self._expiries and self._expiries[0][0] <= now_ns:
+            _, txn_id = heapq.heappop(self._expiries)
+            held = self._held.get(txn_id)
+            if held is not None and not held.voted:
+                self.abort(txn_id)
+                expired.append(txn_id)
+        self.expired += len(expired)
+        return expired
+
+    def next_expiry(self) -> int | None:
+        return self._expiries[0][0] if self._expiries else None
 
     def dependencies(self, keys: Iterable[str]) -> VectorClock:
         """Clocks a writer of ``keys`` must dominate: the versions it overwrites and the
@@ -231,15 +256,23 @@ class Participant:
         vc: VectorClock | None = None,
         epoch: int | None = None,
     ) -> bool:
-        """Checks the reads; on success stamps ``vc`` on them (read-write dependencies)."""
+        """The participant's vote: checks the reads; on success stamps ``vc`` on them
+        (read-write dependencies) and records that the transaction voted yes here, after
+        which its locks no longer expire."""
         if (epoch is not None and epoch != self.epoch) or not self.certifying:
             return False
+        finished = self._finished.get(txn_id)
+        if finished is not None and finished[0] == ABORTED:
+            return False  # aborted here (its locks expired, or an abort came first)
         reads = list(reads)
         scans = list(scans)
         if not self._check_reads(txn_id, reads, scans):
             return False
         if vc is not None:
             self.stamp_reads(reads, scans, vc)
+        held = self._held.get(txn_id)
+        if held is not None:
+            held.voted = True
         return True
 
     def _check_reads(

@@ -241,6 +241,7 @@ class ShardLeader:
         if self.stream is not None:
             self.stream.tick(now_ns)
         self.coordinator.on_timer(now_ns)
+        self.participant.expire(now_ns)
         if now_ns >= self._gossip_at:
             self._gossip_at = now_ns + self.settings.gossip_interval_ns
             others = len(self.peers) - 1
@@ -273,7 +274,10 @@ class ShardLeader:
         messages, self._outbox = self._outbox, []
         wake_at = min(self._gossip_at, self._gc_at)
         heartbeat_at = self._heartbeat_at if self.cm_members else None
-        for deadline in (self.coordinator.next_deadline(), self._stream_wake_at, heartbeat_at):
+        for deadline in (
+            self.coordinator.next_deadline(), self._stream_wake_at, heartbeat_at,
+            self.participant.next_expiry(),
+        ):
             if deadline is not None and deadline < wake_at:
                 wake_at = deadline
         return Ready(messages, wake_at)
@@ -536,7 +540,9 @@ class ShardLeader:
 
     def _on_lock_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, LockRequest)
-        ok, counter, deps = self.participant.lock(message.txn_id, message.keys, message.epoch)
+        ok, counter, deps = self.participant.lock(
+            message.txn_id, message.keys, message.epoch, now_ns
+        )
         reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.durable_watermark())
         self._outbox.append((src, reply))
 

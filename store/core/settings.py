@@ -30,6 +30,11 @@ class Settings:
     peer_retry_ns: int = 20 * MS
     # Lock/validate attempts before the coordinator gives up and aborts (safe: undecided).
     peer_attempts_max: int = 50
+    # A participant aborts on its own a transaction that has held its locks this long
+    # without being asked to vote (validate): its coordinator is dead, cut off or stuck,
+    # and a counter left unsettled would hold back this shard's watermark, and with it
+    # every commit here, until an epoch change. Once it has voted yes it waits (2PC).
+    lock_timeout_ns: int = 500 * MS
     # Watermark gossip between shard leaders (DESIGN.md §4): every interval a leader sends
     # what it knows of every shard's watermark to gossip_fanout peers, round robin, so
     # knowledge spreads epidemically at O(S * fanout) messages per interval, not O(S^2).

@@ -238,6 +238,7 @@ class ShardServer:
             "in_flight": coordinator.in_flight(),
             "counters": {
                 **coordinator.counters,
+                "locks_expired": replica.participant.expired,
                 **self.counters,
                 **(self.transport.stats() if self.transport else {}),
             },

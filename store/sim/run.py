@@ -99,6 +99,8 @@ class SeedResult:
     settled_ms: int = 0
     # Undecided transactions whose coordinator gave up on an unreachable participant.
     coordinator_gave_up: int = 0
+    # Transactions a participant aborted on its own: their locks expired before they voted.
+    locks_expired: int = 0
     # Client operations by the error they ended with (Aborted after its retries, ...).
     client_errors: dict[str, int] = field(default_factory=dict)
     # Recovery: epochs the cluster went through (failovers), processes crashed, and
@@ -276,6 +278,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             replica.coordinator.counters["gave_up"] for replica in cluster.live_replicas()
             if isinstance(replica, ShardLeader)
         ),
+        locks_expired=sum(
+            server.host.replica.participant.expired for server in cluster.servers
+            if isinstance(server.host.replica, ShardLeader)
+        ),
         failovers=max((member.map.epoch for member in cluster.cm), default=0),
         crashes=crashes.crashed if crashes is not None else 0,
         rolled_back=len(recorder.rolled_back_txns),
@@ -444,6 +450,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "cross_shard_fraction": round(sum(r.cross_shard for r in results) / max(transactions, 1), 4),
         "snapshot_reads_checked": sum(r.snapshot_reads for r in results),
         "coordinator_gave_up": sum(r.coordinator_gave_up for r in results),
+        "locks_expired": sum(r.locks_expired for r in results),
         "failovers": sum(r.failovers for r in results),
         "seeds_with_failover": sum(1 for r in results if r.failovers),
         "crashes": sum(r.crashes for r in results),
