@@ -133,7 +133,11 @@ class ReplicaHost:
             return None
         self.counters["submits"] += 1
         if not isinstance(self.replica, ShardLeader):
-            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, "not a shard leader"))
+            # A client whose map is newer than this replica's: the CM made it a leader and
+            # the map is on its way. Nothing ran; the client tries again.
+            return codec.encode(
+                Outcome(0, Status.UNAVAILABLE, None, EMPTY, "not a shard leader (yet)")
+            )
         try:
             if len(payload) > self._request_bytes_max:
                 raise InvalidRequest(f"request larger than {self._request_bytes_max} bytes")

@@ -380,15 +380,18 @@ class DurabilityOracle:
                 continue
             durable = self._durable_counters(shard) | self._aborted(shard)
             counter = start
-            last_epoch = needed >> EPOCH_SHIFT
             while counter < needed:
                 following = counter + 1
                 if following in durable:
                     counter = following
                     continue
                 epoch = following >> EPOCH_SHIFT
-                if epoch < last_epoch and self._ended(shard, epoch):
-                    # The rest of an ended epoch is rolled back, never committed.
+                if self._ended(shard, epoch):
+                    # The rest of an ended epoch is rolled back, never committed. A clock may
+                    # still name such a counter: a read-write stamp left by a transaction
+                    # that recovery rolls back (the reader's dependency on it is void). A
+                    # real dependency on one (a read or an overwrite) is the rollback
+                    # oracles' to catch: rollback-incomplete, lost-committed.
                     counter = counter_base(epoch + 1)
                     continue
                 break
