@@ -42,10 +42,11 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 elif str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.tpcc import consistency, loader, procedures, replicas  # noqa: E402
+from bench.tpcc import consistency, loader, procedures, replicas, schema  # noqa: E402
 from bench.tpcc.driver import Completed, Driver, DriverConfig, Stats, Target  # noqa: E402
 from bench.tpcc.plot import write_throughput  # noqa: E402
 from bench.tpcc.schema import Scale  # noqa: E402
+from store.core.errors import Unavailable  # noqa: E402
 from store.core.settings import DEFAULT_SETTINGS  # noqa: E402
 
 DEFAULT_SCALE_FACTOR = 10.0
@@ -124,6 +125,7 @@ class ClusterSession(Session):
         self.target = _SdkTarget(client)
         self.shard_count = len(config.shards)
         self.replicas, notes = replicas.replicas_of(config)
+        self.dead: set[str] = set()  # replicas killed by --kill-leader-at
         for note in notes:
             _log(f"tpcc: not checked: {note}")
 
@@ -134,12 +136,27 @@ class ClusterSession(Session):
         replica = next(r for r in self.replicas if r.name == name)
         if replica.region is None:
             return await self.rows(warehouses)
-        return await replicas.follower_rows(self.client, warehouses, replica.region)
+        # After a failover a region's replica of a shard may lead it (read it as the leader)
+        # or be dead (then the region cannot be read whole).
+        _, leaders = await self.client.cluster_map()
+        led = set()
+        for shard in self.config.shards:
+            address = next(f"{h}:{p}" for r, (h, p) in replicas.replicas_in(shard) if r == replica.region)
+            if address in self.dead:
+                raise Unavailable(f"{address} (shard {shard.shard}, {replica.region}) was killed")
+            if address == leaders[shard.shard]:
+                led.add(shard.shard)
+        partitioner = self.config.partitioner()
+        by_leader = [w for w in warehouses if partitioner.shard_of(schema.warehouse_key(w)) in led]
+        rows = await self.rows(by_leader) if by_leader else {}
+        rest = [w for w in warehouses if w not in by_leader]
+        rows.update(await replicas.follower_rows(self.client, rest, replica.region))
+        return rows
 
     async def catch_up(self) -> dict[str, Any] | None:
         if len(self.replicas) == 1:
             return None
-        return await replicas.wait_caught_up(self.client, self.config)
+        return await replicas.wait_caught_up(self.client, self.config, dead=self.dead)
 
     async def load(self, rows_by_shard: list[dict[str, Any]], progress: bool) -> None:
         await loader.load_through_transactions(self.target.run, rows_by_shard, progress=progress)
@@ -212,6 +229,8 @@ SNAPSHOT_PAGE_ROWS = 500
 RESUMES_MAX = 5
 # The wan-proxy's first port above --base-port (its control port is one below).
 WAN_PORT_OFFSET = 500
+# The configuration manager members' port above --base-port (one per region's address).
+CM_PORT_OFFSET = 400
 READY_TIMEOUT_S = 60.0
 
 
@@ -256,6 +275,12 @@ def cluster_file(
             )
             lines.append(f"followers = [{followers}]")
     if regions > 1:
+        # A configuration manager member per region: a killed leader is replaced.
+        for index, name in enumerate(names):
+            lines += [
+                "[[cm]]", f"region = {json.dumps(name)}",
+                f'address = "127.0.0.{index + 1}:{base_port + CM_PORT_OFFSET}"',
+            ]
         lines += [
             "[wan]",
             f"rtt_ms = {float(rtt_ms)}",
@@ -345,6 +370,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="divide items, customers and initial orders by this (1 = the full specification)",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--kill-leader-at", type=float, metavar="S",
+        help="SIGKILL shard 0's leader S seconds into the run (a started 3-region cluster)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes generating warehouses")
     parser.add_argument("--run-dir", type=Path, default=None, help="default runs/tpcc-<time>")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -356,6 +385,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--clients must be positive")
     if args.rtt_ms < 0:
         parser.error("--rtt-ms must not be negative")
+    if args.kill_leader_at is not None and (
+        args.local or args.connect is not None or args.regions < 3 or args.kill_leader_at < 0
+    ):
+        parser.error("--kill-leader-at needs a started 3-region cluster and S >= 0")
     return args
 
 
@@ -413,6 +446,23 @@ async def _check_replicas(
     return reports, caught_up
 
 
+async def _kill_leader(session: ClusterSession, at_s: float) -> dict[str, Any]:
+    """SIGKILLs shard 0's leader ``at_s`` seconds from now (``--kill-leader-at``)."""
+    import os
+    import signal
+
+    client = session.client
+    await client.cluster_map()
+    status = (await client.status())[0]
+    if status is None:
+        raise RuntimeError("shard 0's leader does not answer: nothing to kill")
+    await asyncio.sleep(at_s)
+    os.kill(int(status["pid"]), signal.SIGKILL)
+    session.dead.add(status["address"])
+    _log(f"tpcc: killed shard 0's leader {status['address']} (pid {status['pid']}) at {at_s:g} s")
+    return {"at_s": at_s, "shard": 0, "address": status["address"], "pid": status["pid"]}
+
+
 async def benchmark(
     args: argparse.Namespace, run_dir: Path, cluster_config: Any | None
 ) -> dict[str, Any]:
@@ -443,7 +493,12 @@ async def benchmark(
             run_id=re.sub(r"[^A-Za-z0-9-]", "-", run_dir.name),
         )
         driver = Driver(session.target, config, on_second=None if args.no_progress else _live_line)
+        killer = None
+        if args.kill_leader_at is not None:
+            assert isinstance(session, ClusterSession)
+            killer = asyncio.create_task(_kill_leader(session, args.kill_leader_at))
         stats = await driver.run()
+        killed = await killer if killer is not None else None
         run_replicas, run_catch_up = await _check_replicas(
             session, warehouses, scale, "after the run"
         )
@@ -453,6 +508,8 @@ async def benchmark(
 
     report = stats.report()
     report["resumed_after_unknown_outcome"] = getattr(session.target, "resumed", 0)
+    if killed is not None:
+        report["killed"] = killed
     title = (
         f"TPC-C, {len(warehouses)} warehouses on {shard_count} shards, {terminals} terminals"
         + (" (in-process)" if args.local else "")

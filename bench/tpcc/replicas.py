@@ -65,6 +65,12 @@ def replicas_of(config: Any) -> tuple[list[Replica], list[str]]:
     return replicas, notes
 
 
+def replicas_in(shard: Any) -> list[tuple[str, tuple[str, int]]]:
+    """(region, address) of every replica of a shard in the cluster file, its first leader
+    first."""
+    return [(shard.region, shard.leader), *shard.followers]
+
+
 async def follower_rows(
     client: Any,
     warehouses: Iterable[int],
@@ -106,22 +112,29 @@ def _probe_keys(config: Any) -> list[str]:
 
 
 async def wait_caught_up(
-    client: Any, config: Any, timeout_s: float = CATCH_UP_TIMEOUT_S
+    client: Any, config: Any, timeout_s: float = CATCH_UP_TIMEOUT_S, dead: set[str] | None = None
 ) -> dict[str, Any]:
     """Waits (at most ``timeout_s``) until every follower's vector watermark covers every
-    leader's durable watermark of now.
+    leader's durable watermark of now. The leaders are the cluster map's (after a failover a
+    follower of the cluster file may lead its shard: it is not waited for, nor is a replica
+    in ``dead``).
 
     Returns ``{"behind": {region: the greatest shortfall of its followers, in counter
     values (0: caught up)}, "waited_s": seconds}``.
     """
     started = time.monotonic()
+    _, leaders = await client.cluster_map()
+    dead = dead or set()
     target: dict[int, int] = {}
     for shard, status in enumerate(await client.status()):
         if status is None:
             raise RuntimeError(f"the leader of shard {shard} does not answer")
         target[shard] = int(status["watermark"])
     probes = _probe_keys(config)
-    pending = [(shard.shard, region) for shard in config.shards for region, _ in shard.followers]
+    pending = [
+        (shard.shard, region) for shard in config.shards for region, (host, port) in shard.followers
+        if f"{host}:{port}" not in dead and f"{host}:{port}" != leaders[shard.shard]
+    ]
     behind = {region: 0 for _, region in pending}
     while True:
         shortfalls = {}

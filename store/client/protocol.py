@@ -141,12 +141,15 @@ class TxnResult:
 class PendingTxn:
     """A submission whose outcome is not known; ``resume`` asks for it again — of the
     leader it was sent to (``leader``): another would not know the id, and could run it
-    twice (docs/recovery.md)."""
+    twice (docs/recovery.md). ``sent``: it has been sent at least once, so it may have run:
+    from then on a leader that cannot be reached makes the outcome unknown, never
+    ``Unavailable`` (which tells the caller that it did not run and may run again)."""
 
     shard: int
     submit: Submit
     started: float
     leader: Address = None
+    sent: bool = False
 
 
 class ClientProtocol:
@@ -283,6 +286,7 @@ class ClientProtocol:
     def resume(self, pending: PendingTxn, speculative: bool) -> Steps[TxnResult]:
         """Asks again for a transaction whose outcome was unknown (same id: never twice)."""
         pending.started = self.clock()
+        pending.sent = True  # it may have run: an unreachable leader is no proof it did not
         return (yield from self.attempt(pending, speculative, 1, detailed=True))
 
     def attempt(
@@ -319,7 +323,7 @@ class ClientProtocol:
         )
         payload = codec.encode(submit)
         address = pending.leader if pending.leader is not None else self.leaders[pending.shard]
-        sent = False
+        sent = pending.sent
         backoff = settings.backoff_initial_s
         while True:
             remaining = deadline - self.clock()
@@ -339,7 +343,7 @@ class ClientProtocol:
                         ) from None
                     continue  # the map still names it: keep trying until the deadline
                 raise self._unknown(pending, "the leader became unreachable") from None
-            sent = True
+            sent = pending.sent = True
             try:
                 answer = yield Call(
                     address, wire.SUBMIT, payload, min(remaining, settings.attempt_timeout_s)

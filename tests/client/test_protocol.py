@@ -159,6 +159,31 @@ def test_a_leader_lost_after_the_request_left_is_an_unknown_outcome_to_resume() 
     assert result.result == "done" and again.submits()[0].seq == first_seq
 
 
+def test_resuming_while_the_leader_is_unreachable_stays_unknown_never_unavailable() -> None:
+    """Unavailable tells the caller the transaction did not run and may run again. A
+    resumed one was sent before, so it may have run: an unreachable leader leaves its
+    outcome unknown (TPC-C with a killed leader ran payments twice when it did not)."""
+    def down(effect: Any) -> Any:
+        if isinstance(effect, Connect):
+            raise SessionRefused("down")
+        raise AssertionError("nothing may be sent to a leader that cannot be reached")
+
+    lost = Driver(answers(PeerUnavailable("gone")))
+
+    def first(effect: Any) -> Any:
+        if isinstance(effect, Connect) and lost.effects.count(effect) > 1:
+            raise SessionRefused("down")
+        return answers(PeerUnavailable("gone"))(effect) if isinstance(effect, Call) else None
+
+    lost.answer = first
+    with pytest.raises(OutcomeUnknown) as caught:
+        lost.run(lost.protocol.run(0, "p", [], False, False))
+    pending = caught.value.txn  # type: ignore[attr-defined]
+    again = Driver(down)
+    with pytest.raises(OutcomeUnknown):
+        again.run(again.protocol.resume(pending, speculative=False))
+
+
 def test_no_answer_until_the_deadline_is_an_unknown_outcome() -> None:
     driver = Driver(answers(*[RequestTimeout("lost")] * 10))
     with pytest.raises(OutcomeUnknown, match="no answer within the timeout"):

@@ -168,6 +168,27 @@ def test_the_command_runs_on_a_cluster_of_server_processes(
     assert (tmp_path / "cluster" / "shard-0.log").exists()
 
 
+def test_a_leader_killed_mid_run_leaves_every_condition_true_on_every_replica(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kill-leader-at: shard 0's leader is SIGKILLed one second into the run; a follower
+    takes over (the cluster has a configuration manager) and the run goes on. After it, the
+    twelve conditions hold on the leaders of the new map, on eu (where shard 0's new leader
+    is) and on ap; transactions commit on both shards after the failover."""
+    base_port = 25000 + (os.getpid() % 200) * 10
+    status, report = run_command([
+        "--shards", "2", "--warehouses-per-shard", "1", "--duration", "6", "--scale-factor", "100",
+        "--rtt-ms", "5", "--kill-leader-at", "1", "--json", "--no-progress",
+        "--run-dir", str(tmp_path), "--base-port", str(base_port),
+    ], capsys)
+    assert status == 0, report.get("consistency_replica_failures")
+    assert report["killed"]["shard"] == 0
+    every = {str(n): True for n in range(1, 13)}
+    assert report["consistency_replicas"] == {"us": every, "eu": every, "ap": every}
+    per_second = report["throughput_per_s"]
+    assert sum(per_second[4:]) > 0, per_second  # committing again after the failover
+
+
 def test_the_command_still_runs_on_one_region(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
