@@ -7,7 +7,8 @@ shard-0 leader is SIGKILLed mid-run. Checked: the history (written as ``history.
 checks clean; every append a client was told COMMITTED is in the final state, on the new
 leaders and on every live follower; the failed shard commits again within
 ``leader_timeout`` + 2 s of the kill; the healthy shard never goes a whole second without a
-commit; ``meridian up``'s supervision reports the death and keeps the rest running.
+commit; ``meridian up``'s supervision reports the death and keeps the rest running;
+``meridian status`` shows epoch 1 and the new leader with its process id.
 
 ``leader_timeout`` is 500 ms here. A healthy shard's commits wait while a cross-shard
 transaction coordinated by the dead leader holds a counter on it (its counter was drawn at
@@ -22,6 +23,8 @@ import itertools
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +143,19 @@ def test_a_killed_shard_leader_is_replaced_and_nothing_committed_is_lost(
     for shard in (0, 1):
         acknowledged[probes[shard]] = set(probe_values[shard])
     run(_final_state_holds(config, acknowledged))
+
+    # meridian status names the epoch and the new leader, with its process id.
+    shown = subprocess.run(
+        [sys.executable, "-m", "store.cli", "status", "--config", str(config.path)],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.startswith("epoch 1 (leaders from the configuration manager)"), shown.stdout
+    shard0 = next(line for line in shown.stdout.splitlines() if line.split()[0] == "0")
+    address, pid, health = shard0.split()[1:4]
+    assert health == "up" and address != config.shards[0].leader_address, shown.stdout
+    followers = {f"{h}:{p}": f"shard-0-{r}" for r, (h, p) in config.shards[0].followers}
+    assert int(pid) == geo_cm.pid_of(followers[address]), shown.stdout
 
 
 async def _final_state_holds(config: config_module.ClusterConfig, acknowledged: dict[str, set[int]]) -> None:
