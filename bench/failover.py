@@ -12,7 +12,8 @@ transaction to commit. At ``--kill-at`` seconds the leader of shard 0 is SIGKILL
 Reported (``--json``):
 
 * ``recovery_s``: from the kill to the first commit of a transaction on the failed shard
-  that began after the kill;
+  that began after the kill (with a second kill, these figures are of the first; each
+  kill's own ``recovery_s`` is in ``kills``);
 * ``healthy_min_ratio``: the other shards' lowest one-second count of commits, from the kill
   until the failed shard is back, over their mean per second before the kill (a transaction
   counts for every shard it touched);
@@ -179,14 +180,16 @@ def per_second(commits: list[tuple[float, float, frozenset[int]]], shard: int, s
     return counts
 
 
+def _recovery(commits: list[tuple[float, float, frozenset[int]]], kill_s: float, shard: int) -> float | None:
+    """Seconds from a kill to the first commit on its shard of a transaction begun after it."""
+    back = min((done for began, done, touched in commits if shard in touched and began > kill_s), default=None)
+    return None if back is None else round(back - kill_s, 3)
+
+
 def summarize(run: dict[str, Any], args: argparse.Namespace, shards: int) -> dict[str, Any]:
     commits = run["commits"]
-    kill_s, failed = run["kills"][0]
-    back = min(
-        (done for began, done, touched in commits if failed in touched and began > kill_s),
-        default=None,
-    )
-    recovery_s = None if back is None else back - kill_s
+    kill_s, failed = run["kills"][0]  # the figures below are of the first kill
+    recovery_s = _recovery(commits, kill_s, failed)
     healthy = [s for s in range(shards) if s != failed]
     before = [(d, t) for _, d, t in commits if 1.0 <= d < kill_s]  # skip the first second
     span_before = max(kill_s - 1.0, 1e-9)
@@ -200,13 +203,16 @@ def summarize(run: dict[str, Any], args: argparse.Namespace, shards: int) -> dic
             count = sum(1 for _, d, t in commits if shard in t and lo <= d < lo + 1.0)
             ratios.append(count / mean if mean else 0.0)
     return {
-        "recovery_s": None if recovery_s is None else round(recovery_s, 3),
+        "recovery_s": recovery_s,
         "healthy_min_ratio": round(min(ratios), 3) if ratios else None,
         "rolled_back": run["rolled_back"],
         "rolled_back_answers": run["rolled_back_answers"],
         "lost_committed": run["lost_committed"],
         "epoch": run["epoch"],
-        "kills": [{"at_s": round(at, 3), "shard": shard} for at, shard in run["kills"]],
+        "kills": [
+            {"at_s": round(at, 3), "shard": shard, "recovery_s": _recovery(commits, at, shard)}
+            for at, shard in run["kills"]
+        ],
         "committed": len(commits),
         "errors": run["errors"],
         "leader_timeout_ms": args.leader_timeout_ms,

@@ -182,3 +182,28 @@ async def _final_state_holds(config: config_module.ClusterConfig, acknowledged: 
                         break
                     await asyncio.sleep(0.05)
                 assert shown == {k: final[k] for k in shard_keys}, (shard, region)
+
+
+def test_the_failover_benchmark_reports_what_the_issue_asks(tmp_path: Path) -> None:
+    """``bench/failover.py --json`` on a short run: the fields, no committed increment
+    lost, the epoch moved, the plot written."""
+    import json
+
+    from tests.conftest import REPO
+
+    port = 27000 + (os.getpid() % 200) * 10
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "failover.py"), "--json", "--duration", "8",
+         "--kill-at", "3", "--clients", "6", "--keys-per-shard", "200",
+         "--base-port", str(port), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["lost_committed"] == 0
+    assert report["epoch"] == 1
+    assert 0 < report["recovery_s"] < report["leader_timeout_ms"] / 1000 + 3
+    assert isinstance(report["healthy_min_ratio"], float)
+    assert isinstance(report["rolled_back"], int) and report["committed"] > 100
+    assert [kill["shard"] for kill in report["kills"]] == [0]
+    assert (tmp_path / "failover.png").stat().st_size > 0
