@@ -455,7 +455,9 @@ class ShardLeader:
         stream = self.stream
         if stream is not None and stream.phase is not Phase.DEPOSED:
             if not self._break_inf:
-                stream.append_inf(now_ns)  # closes the open batch first: all of the old epoch
+                # Closes the open batch first: all of the old epoch; ends every epoch before
+                # the new one, also those this shard skipped (a map two epochs ahead).
+                stream.append_inf(now_ns, epoch - 1)
             stream.set_epoch(epoch)
         # The old epoch has ended on the stream before these settle: they stay unsettled in
         # it (its finalized watermark stops below them), and no longer hold the new one back.

@@ -73,6 +73,7 @@ class Recorder:
         self.dominance: list[str] = []
         self.snapshots: list[str] = []
         self.snapshots_checked = 0
+        self._snapshots: list[tuple[int, list[str], SnapshotReply, int]] = []
         # Recovery: transactions rolled back (by any replica), and the ids clients were told
         # COMMITTED, by (client id, sequence number).
         self.rolled_back_txns: dict[int, int] = {}  # txn id -> step it was first rolled back
@@ -176,23 +177,33 @@ class Recorder:
     # ---- snapshots -----------------------------------------------------------------------
 
     def check_snapshot(self, shard: int, keys: list[str], reply: SnapshotReply) -> None:
-        """A follower's snapshot shows, per key, the newest version at or below its ``vw``."""
+        """A follower's snapshot shows, per key, the newest version at or below its ``vw``
+        of a transaction that is not rolled back. Checked at the end of the run
+        (``check_snapshots``): whether a transaction of an ended epoch is doomed is only
+        known then, and a follower may have dropped one it never installed (an entry that
+        arrived after its epoch's FVW). Versions installed after the snapshot do not count."""
         self.snapshots_checked += 1
-        vw = dict(reply.vw.items())
-        for key, shown in zip(keys, reply.values, strict=True):
-            expected = self.preloaded.get(key)
-            for writer, value, deleted, vc, _ in reversed(self.versions.get(key, [])):
-                if writer in self.rolled_back_txns:
-                    continue
-                if vc.le_watermark(vw):
-                    expected = None if deleted else value
-                    break
-            if shown != expected:
-                self._note(
-                    self.snapshots,
-                    f"follower of shard {shard} at {reply.vw} showed {key!r} = {shown!r}, "
-                    f"the transactions under that watermark wrote {expected!r}",
-                )
+        self._snapshots.append((shard, keys, reply, self._step))
+
+    def check_snapshots(self) -> None:
+        gone = self._gone()
+        for shard, keys, reply, step in self._snapshots:
+            vw = dict(reply.vw.items())
+            for key, shown in zip(keys, reply.values, strict=True):
+                expected = self.preloaded.get(key)
+                for writer, value, deleted, vc, installed_at in reversed(self.versions.get(key, [])):
+                    if installed_at > step or writer in gone:
+                        continue
+                    if vc.le_watermark(vw):
+                        expected = None if deleted else value
+                        break
+                if shown != expected:
+                    self._note(
+                        self.snapshots,
+                        f"follower of shard {shard} at {reply.vw} showed {key!r} = {shown!r}, "
+                        f"the transactions under that watermark wrote {expected!r}",
+                    )
+        self._snapshots.clear()
 
     # ---- dependency closure --------------------------------------------------------------
 

@@ -233,6 +233,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             details["not"] = sorted(verdict.get("not", []))
     if cluster.cm:
         recorder.conclude(cluster.final_map().fvw)
+    recorder.check_snapshots()
     found("vc-dominance", recorder.dominance)
     found("dependency-uncovered", recorder.uncovered_dependencies())
     found("dependency-closure", recorder.closure_violations())

@@ -65,3 +65,17 @@ def test_each_recovery_step_broken_is_caught(step: str, caught_by: set[str]) -> 
         SimOptions(loss=0.05, regions=3, crashes=True, duration_ms=1000, break_step=step),
     )
     assert caught_by & set(summary["seeds_with_anomalies"]), summary["seeds_with_anomalies"]
+
+
+def test_a_shard_that_skips_an_epoch_ends_it_too() -> None:
+    """Seed 499 of the 1000-seed run: three leaders crash; shard 2's new leader (epoch 1)
+    hears of epoch 3 without ever having seen epoch 2. Its INF must end epoch 2 as well, or
+    epoch 2's FVW is never complete and recovery never finishes (the stream had stamped the
+    marker with its own epoch, 1)."""
+    options = SimOptions(
+        loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
+        scan_fraction=0.15, snapshot_fraction=0.1,
+    )
+    summary = run_many([499], options)
+    assert summary["failovers"] == 3
+    assert summary["anomalies"] == 0, summary.get("first_failure")

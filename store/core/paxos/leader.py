@@ -195,11 +195,15 @@ class StreamLeader:
         """The replica's vector watermark; entries closed from now on carry it."""
         self._vector_watermark = self._vector_watermark.merge(vw)
 
-    def append_inf(self, now_ns: int) -> None:
-        """Ends the epoch on this stream: the open batch, then an INF marker (DESIGN.md §5),
-        both of the current epoch. ``set_epoch`` then starts the next one."""
+    def append_inf(self, now_ns: int, through: int | None = None) -> None:
+        """Ends the epoch on this stream: the open batch (of the current epoch), then an INF
+        marker (DESIGN.md §5) that ends every epoch up to ``through`` (default: the current
+        one). A shard that hears of epoch 3 while in epoch 1 ends 2 as well: no transaction
+        of it ran here, and without the marker the stream would never finalize it.
+        ``set_epoch`` then starts the next one."""
         self._close_batch()
-        self._enqueue(Entry(EntryKind.INF, epoch=self.epoch))
+        ended = self.epoch if through is None else max(self.epoch, through)
+        self._enqueue(Entry(EntryKind.INF, epoch=ended))
         self._pump(now_ns)
 
     def set_epoch(self, epoch: int) -> None:
