@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from store.cli import main
+from store.core.settings import MS
 from store.sim.run import SimOptions, run_many, run_seed
 from tests.conftest import REPO
 
@@ -180,3 +181,18 @@ def test_a_peer_request_left_unanswered_breaks_the_reply_rule(monkeypatch) -> No
     result = run_seed(3, SimOptions(duration_ms=100, settle_ms=300))
     assert "invariant-broken" in result.anomaly_kinds
     assert "got no reply within its handle call" in str(result.details["invariant-broken"])
+
+
+def test_locks_that_expire_before_the_vote_abort_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a 5 ms lock timeout participants abort on their own all the time; a validation
+    (vote) that arrives after such an abort must fail, or the coordinator decides to commit
+    a transaction a participant has dropped (invariant-broken, leaked locks, G2)."""
+    import store.sim.run as sim_run
+
+    monkeypatch.setattr(
+        sim_run, "DEFAULT_SETTINGS", sim_run.DEFAULT_SETTINGS.with_overrides(lock_timeout_ns=5 * MS)
+    )
+    summary = run_many(list(range(40)), SimOptions(shards=3, loss=0.05, partitions=True))
+    assert summary["locks_expired"] > 100
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["transactions_committed"] > 1000
