@@ -83,7 +83,8 @@ def _print_summary(summary: dict) -> None:  # type: ignore[type-arg]
     if summary.get("failovers"):
         print(
             f"  recovery: {summary['failovers']} failover(s) in {summary['seeds_with_failover']} "
-            f"seed(s), {summary['crashes']} crash(es), {summary['rolled_back']} transaction(s) "
+            f"seed(s), {summary['crashes']} crash(es), {summary['restarts']} restart(s), "
+            f"{summary['rolled_back']} transaction(s) "
             f"rolled back, committed ones lost in {summary['lost_committed']} seed(s)"
         )
     print(f"  histories checked: {summary['histories_checked']}; anomalies: {summary['anomalies']}")
@@ -112,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--partitions", action="store_true", help="add a partition nemesis")
     sim.add_argument(
         "--crashes", action="store_true",
-        help="crash shard leaders during the load (with --regions 3: followers take over)",
+        help="crash shard replicas during the load and restart them (with --regions 3: "
+        "followers take over from a crashed leader; a restarted replica copies its state)",
     )
     sim.add_argument(
         "--regions", type=int, choices=[1, 3], default=1,

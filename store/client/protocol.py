@@ -39,7 +39,9 @@ The rules, in one place:
   longer leads (``Unavailable``: the transaction did not run), the client asks the
   configuration manager's members for the cluster map (``refresh_config``) and, if a member
   answered, runs the transaction again under a new id, up to ``unavailable_retries_max``
-  times. A transaction whose leader died after it was sent stays ``OutcomeUnknown``.
+  times. A transaction whose leader died after it was sent stays ``OutcomeUnknown``, and
+  so does one sent before that later meets ``Unavailable``: the answering process may be
+  the leader restarted with its memory gone, and the earlier request may have run.
 """
 
 from __future__ import annotations
@@ -343,6 +345,7 @@ class ClientProtocol:
                         ) from None
                     continue  # the map still names it: keep trying until the deadline
                 raise self._unknown(pending, "the leader became unreachable") from None
+            sent_before = sent
             sent = pending.sent = True
             try:
                 answer = yield Call(
@@ -370,6 +373,10 @@ class ClientProtocol:
                 raise self._unknown(pending, f"undecodable answer: {exc}") from None
             if not isinstance(outcome, Outcome) or outcome.seq not in (original.seq, 0):
                 raise self._unknown(pending, "unexpected answer")
+            if outcome.status == Status.UNAVAILABLE and sent_before:
+                # "Not run" speaks for this request only: an earlier one may have run, at a
+                # process that has since restarted and forgotten it.
+                raise self._unknown(pending, f"{address} answered: {outcome.detail}")
             return outcome
 
     def _replaced(self, shard: int, address: Address) -> Steps[bool]:

@@ -55,12 +55,17 @@ from store.core.paxos import Accept as PaxosAccept
 from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.vclock import EMPTY
+from store.core.wirecheck import Fields
 
 # The CM's Paxos stream; shard streams are numbered by shard.
 CM_STREAM = 1 << 30
 
 LEADER = 0
 FOLLOWER = 1
+# A restarted replica that has not yet copied its state (docs/recovery.md "Rejoining"): it
+# counts neither as its shard's live leader nor as a candidate, and is sent the map.
+REJOINING = 2
+ROLES = (LEADER, FOLLOWER, REJOINING)
 
 
 class ClusterMap:
@@ -156,13 +161,49 @@ class ClusterMap:
         )
 
 
+_FIELDS = Fields("cluster map")
+_bad = _FIELDS.bad
+_int = _FIELDS.integer
+_list = _FIELDS.array
+
+
+def _strs(value: Any, what: str) -> list[str]:
+    return [_FIELDS.string(item, what) for item in _list(value, what)]
+
+
+def cluster_map_from_wire(value: Any) -> ClusterMap:
+    """``ClusterMap.to_wire``'s inverse; ``InvalidRequest`` for anything malformed."""
+    raw = _list(value, "cluster map")
+    if len(raw) != 4:
+        raise _bad("a cluster map is [epoch, leaders, followers, fvw]")
+    leaders = _strs(raw[1], "leaders")
+    followers = [_strs(f, "followers") for f in _list(raw[2], "followers")]
+    if len(followers) != len(leaders) or not leaders:
+        raise _bad("a cluster map has followers for each of its shards")
+    fvw: dict[int, dict[int, int]] = {}
+    for item in _list(raw[3], "fvw"):
+        item = _list(item, "fvw item")
+        if len(item) != 2:
+            raise _bad("an fvw item is [epoch, [[shard, watermark], ...]]")
+        marks = {}
+        for pair in _list(item[1], "fvw marks"):
+            pair = _list(pair, "fvw mark")
+            if len(pair) != 2:
+                raise _bad("an fvw mark is [shard, watermark]")
+            marks[_int(pair[0], "shard")] = _int(pair[1], "watermark")
+        if set(marks) != set(range(len(leaders))):
+            raise _bad("an fvw names every shard")
+        fvw[_int(item[0], "epoch")] = marks
+    return ClusterMap(_int(raw[0], "epoch"), leaders, followers, fvw)
+
+
 # ---- messages ------------------------------------------------------------------------------
 
 
 class Heartbeat(Message):
     """A replica to every CM member: alive, where it is, what it knows.
 
-    ``role``: LEADER or FOLLOWER; ``delivered``: slots of its shard's stream it has applied
+    ``role``: LEADER, FOLLOWER or REJOINING; ``delivered``: slots of its shard's stream it has applied
     (a leader: chosen); ``fvw_epoch``: the latest epoch whose FVW it has applied;
     ``finalized``: ``[[epoch, watermark], ...]`` ended on its stream (leaders)."""
 
@@ -210,6 +251,7 @@ class ConfigMember:
 
     ANSWERS: tuple[type[Message], ...] = (GetConfig,)
     ONE_WAY: tuple[type[Message], ...] = (Heartbeat,)
+    REPLIES: tuple[type[Message], ...] = ()
 
     def __init__(
         self,
@@ -362,7 +404,9 @@ class ConfigMember:
     # ---- failure detection and distribution ----------------------------------------------
 
     def _on_heartbeat(self, now_ns: int, heartbeat: Heartbeat) -> None:
-        self._heard[heartbeat.address] = (now_ns, heartbeat)
+        rejoining = heartbeat.role == REJOINING
+        if not rejoining:
+            self._heard[heartbeat.address] = (now_ns, heartbeat)
         if not self.leading():
             return
         cluster_map = self.map
@@ -377,7 +421,11 @@ class ConfigMember:
                     shard not in cluster_map.finalized.get(epoch, {})
                 ):
                     self._propose(now_ns, ["finalized", epoch, shard, watermark])
-        if heartbeat.epoch < cluster_map.epoch or heartbeat.fvw_epoch < cluster_map.fvw_epoch():
+        if (
+            rejoining
+            or heartbeat.epoch < cluster_map.epoch
+            or heartbeat.fvw_epoch < cluster_map.fvw_epoch()
+        ):
             self._outbox.append((heartbeat.address, self._config()))
 
     def _detect_failures(self, now_ns: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from store.core.cm import ClusterMap, ConfigReply, GetConfig, Heartbeat
+from store.core.cm import ROLES, ConfigReply, GetConfig, Heartbeat, cluster_map_from_wire
 from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.messages import (
     AbortReply,
@@ -36,6 +36,7 @@ from store.core.messages import (
     ValidateRequest,
     Write,
 )
+from store.core.transfer import StatePiece, StateRequest
 from store.core.vclock import VectorClock
 from store.core.wirecheck import Fields, decode_tagged
 
@@ -89,6 +90,8 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ],
     GetConfig: lambda m: [19, m.req_id],
     ConfigReply: lambda m: [20, m.req_id, m.cluster_map.to_wire(), m.cm_leader],
+    StateRequest: lambda m: [21, m.requester, m.req_id, m.shard, m.offset, m.length],
+    StatePiece: lambda m: [22, m.req_id, m.shard, m.offset, m.total, m.data],
 }
 
 
@@ -193,6 +196,19 @@ def _watermarks(value: Any) -> dict[int, int]:
     return marks
 
 
+def _bytes(value: Any, what: str) -> bytes:
+    if type(value) is not bytes:
+        raise _bad(f"{what} must be bytes")
+    return value
+
+
+def _role(value: Any) -> int:
+    role = _int(value, "role")
+    if role not in ROLES:
+        raise _bad(f"unknown role {role}")
+    return role
+
+
 def _status(value: Any) -> int:
     return _int(value, "status")
 
@@ -226,36 +242,21 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
                                 _clock(f[4]), _int(f[5], "watermark"), _clock(f[6]))),
     15: (3, lambda f: Gossip(_int(f[1], "shard"), _watermarks(f[2]))),
     16: (4, lambda f: SnapshotRead(_int(f[1], "req_id"), _strs(f[2], "keys"), _scan_ranges(f[3]))),
-    18: (8, lambda f: Heartbeat(_str(f[1], "address"), _int(f[2], "shard"), _int(f[3], "role"),
+    18: (8, lambda f: Heartbeat(_str(f[1], "address"), _int(f[2], "shard"), _role(f[3]),
                                 _int(f[4], "epoch"), _int(f[5], "delivered"),
                                 _int(f[6], "fvw_epoch") - 1, _epoch_marks(f[7]))),
     19: (2, lambda f: GetConfig(_int(f[1], "req_id"))),
-    20: (4, lambda f: ConfigReply(_int(f[1], "req_id"), _cluster_map(f[2]),
+    20: (4, lambda f: ConfigReply(_int(f[1], "req_id"), cluster_map_from_wire(f[2]),
                                   _str(f[3], "cm_leader"))),
+    21: (6, lambda f: StateRequest(_str(f[1], "requester"), _int(f[2], "req_id"),
+                                   _int(f[3], "shard"), _int(f[4], "offset"),
+                                   _int(f[5], "length"))),
+    22: (6, lambda f: StatePiece(_int(f[1], "req_id"), _int(f[2], "shard"), _int(f[3], "offset"),
+                                 _int(f[4], "total"), _bytes(f[5], "data"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),
                                     _list(f[3], "values"), _pairs_lists(f[4]), _clock(f[5]),
                                     _int(f[6], "applied_slots"))),
 }
-
-
-def _cluster_map(value: Any) -> ClusterMap:
-    raw = _list(value, "cluster map")
-    if len(raw) != 4:
-        raise _bad("a cluster map is [epoch, leaders, followers, fvw]")
-    leaders = _strs(raw[1], "leaders")
-    followers = [_strs(f, "followers") for f in _list(raw[2], "followers")]
-    if len(followers) != len(leaders) or not leaders:
-        raise _bad("a cluster map has followers for each of its shards")
-    fvw: dict[int, dict[int, int]] = {}
-    for item in _list(raw[3], "fvw"):
-        item = _list(item, "fvw item")
-        if len(item) != 2:
-            raise _bad("an fvw item is [epoch, [[shard, watermark], ...]]")
-        marks = _watermarks(item[1])
-        if set(marks) != set(range(len(leaders))):
-            raise _bad("an fvw names every shard")
-        fvw[_int(item[0], "epoch")] = marks
-    return ClusterMap(_int(raw[0], "epoch"), leaders, followers, fvw)
 
 
 def _epoch_marks(value: Any) -> list[tuple[int, int]]:

@@ -23,6 +23,17 @@ returns, per key, the newest version whose clock is at or below ``vw``.
 
 Snapshots cover the keys of this shard. A snapshot across shards needs one vector that
 every follower involved can serve consistently; that is not built yet (docs/design.md).
+
+Rejoining (docs/recovery.md). A replica restarted with its memory gone is built with
+``rejoining=True``. It heartbeats to the configuration manager as REJOINING (neither a live
+leader nor a candidate) and waits for a map that names another replica its shard's leader;
+then it copies a live follower's state (``store.core.transfer``) piece by piece, asking the
+next source after ``transfer_retry_ns`` without progress. Until the copy is installed it
+answers no stream message and no snapshot read. From then on it is a follower like any
+other from the copied delivery point, except that its acceptor answers no older leader than
+the current one, and votes in no phase 1 until it has learned every slot the current leader
+can have proposed before the crash (``_check_voting``); until then it still heartbeats as
+REJOINING, so the CM does not make it a leader. See ``Acceptor`` (restarted).
 """
 
 from __future__ import annotations
@@ -30,12 +41,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from store.core.cm import FOLLOWER, ClusterMap, ConfigReply, Heartbeat
+from store.core.cm import FOLLOWER, REJOINING, ClusterMap, ConfigReply, Heartbeat
 from store.core.epoch import StreamEpochs, counter_base
 from store.core.messages import Message
 from store.core.partition import Partitioner
+from store.core.errors import InvalidRequest
+from store.core.paxos import Accept as PaxosAccept
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
+    Acceptor,
+    Commit,
     Entry,
     PaxosMessage,
     StreamFollower,
@@ -44,7 +59,14 @@ from store.core.paxos import (
 from store.core.ready import Ready
 from store.core.replica import Probe, ShardLeader, Takeover
 from store.core.settings import DEFAULT_SETTINGS, Settings
-from store.core.storage import VersionedStore
+from store.core.storage import ROLLED_BACK, VersionedStore
+from store.core.transfer import (
+    FollowerState,
+    StatePiece,
+    StateRequest,
+    decode_state,
+    encode_state,
+)
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 
@@ -83,9 +105,14 @@ class SnapshotReply(Message):
         self.applied_slots = applied_slots
 
 
+# Transfers a source keeps encoded at once (a new one evicts the oldest).
+_TRANSFERS_KEPT = 2
+
+
 class ShardFollower:
-    ANSWERS: tuple[type[Message], ...] = (SnapshotRead,)
+    ANSWERS: tuple[type[Message], ...] = (SnapshotRead, StateRequest)
     ONE_WAY: tuple[type[Message], ...] = (ConfigReply,)
+    REPLIES: tuple[type[Message], ...] = (StatePiece,)
 
     def __init__(
         self,
@@ -100,6 +127,7 @@ class ShardFollower:
         partitioner: Partitioner | None = None,
         procedures: Procedures | None = None,
         breaks: frozenset[str] = frozenset(),
+        rejoining: bool = False,
     ) -> None:
         self.shard = shard
         self.breaks = breaks
@@ -133,6 +161,20 @@ class ShardFollower:
         self._recent: dict[int, Entry] = {}
         self._heartbeat_at = now_ns
         self._successor: Any = None
+        # Rejoining (see the module doc): until the copied state is installed.
+        self.rejoining = rejoining
+        if rejoining:
+            self.ANSWERS = ()
+        self._transfer_sources: list[str] = []
+        self._transfer_source = 0
+        self._transfer_id = 0
+        self._transfer_data = bytearray()
+        self._transfer_deadline: int | None = None
+        self._votes_from: int | None = None  # see _check_voting
+        self.transfers_started = 0
+        self.transfer_bytes = 0
+        # A source's encoded states, by (requester, request id), the latest few.
+        self._served: dict[tuple[str, int], bytes] = {}
 
     @property
     def skipped_writes(self) -> int:
@@ -140,33 +182,47 @@ class ShardFollower:
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
         if isinstance(message, PaxosMessage):
-            if message.stream != self.shard:
+            if message.stream != self.shard or self.rejoining:
                 self.dropped_messages += 1
                 return
             self.stream.handle(now_ns, src, message)
             self._pump()
-        elif isinstance(message, SnapshotRead):
+            if not self.stream.acceptor.voting:
+                self._check_voting(src, message)
+        elif isinstance(message, SnapshotRead) and not self.rejoining:
             self._outbox.append((src, self.snapshot(message)))
         elif isinstance(message, ConfigReply):
             self._on_config(now_ns, message.cluster_map)
+        elif isinstance(message, StateRequest):
+            self._outbox.append((src, self._serve_state(src, message)))
+        elif isinstance(message, StatePiece) and self.rejoining:
+            self._on_state_piece(now_ns, message)
         else:
             self.dropped_messages += 1
 
     def tick(self, now_ns: int) -> None:
-        self.stream.tick(now_ns)
-        self._pump()
+        if self.rejoining:
+            if self._transfer_deadline is not None and now_ns >= self._transfer_deadline:
+                self._start_transfer(now_ns, self._transfer_source + 1)
+        else:
+            self.stream.tick(now_ns)
+            self._pump()
         if self.cm_members and now_ns >= self._heartbeat_at:
             self._heartbeat_at = now_ns + self.settings.heartbeat_interval_ns
-            heartbeat = Heartbeat(
-                self.address, self.shard, FOLLOWER, self.epoch,
-                self.stream.learner.delivered_through, self.fvw_applied, [],
-            )
+            if not self.voting:
+                # Not yet a full member: neither a candidate for leader nor counted alive.
+                heartbeat = Heartbeat(self.address, self.shard, REJOINING, 0, 0, -1, [])
+            else:
+                heartbeat = Heartbeat(
+                    self.address, self.shard, FOLLOWER, self.epoch,
+                    self.stream.learner.delivered_through, self.fvw_applied, [],
+                )
             for member in self.cm_members:
                 self._outbox.append((member, heartbeat))
 
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
-        wake_at = self._wake_at
+        wake_at = self._wake_at if not self.rejoining else self._transfer_deadline
         if self.cm_members and (wake_at is None or self._heartbeat_at < wake_at):
             wake_at = self._heartbeat_at
         successor, self._successor = self._successor, None
@@ -185,9 +241,11 @@ class ShardFollower:
                 acceptor.forget_before(forget)
                 for slot in [s for s in self._recent if s < forget]:
                     del self._recent[slot]
+        acceptor = self.stream.acceptor
         for slot, entry in ready.chosen:
             self.applied_slots += 1
             self._recent[slot] = entry
+            acceptor.learned(slot, entry)
             if not self.epochs.add(entry):
                 continue  # a marker, or void: its epoch already ended on this stream
             # An entry of an epoch whose FVW is already applied here (this follower caught up
@@ -239,6 +297,10 @@ class ShardFollower:
             self.map.epoch, self.map.fvw_epoch()
         ):
             self.map = cluster_map
+        if self.rejoining:
+            if self._transfer_deadline is None:
+                self._start_transfer(now_ns, 0)
+            return
         if cluster_map.epoch > self.epoch:
             self.epoch = cluster_map.epoch
             if cluster_map.leaders[self.shard] == self.address and self.partitioner is not None:
@@ -292,6 +354,168 @@ class ShardFollower:
             stream_settings=self.stream_settings, cm_members=self.cm_members,
             store=self.store, takeover=takeover,
         )
+
+    # ---- rejoining (see the module doc) --------------------------------------------------
+
+    def _start_transfer(self, now_ns: int, source: int) -> None:
+        """Asks source number ``source`` (in the map's order) for a fresh copy of its state;
+        with none possible yet (the map names this replica leader, or no other follower),
+        looks again after ``transfer_retry_ns``."""
+        self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
+        cluster_map = self.map
+        if cluster_map is None or cluster_map.leaders[self.shard] == self.address:
+            self._transfer_sources = []
+            return  # the CM has not yet replaced this replica as leader: wait
+        self._transfer_sources = [
+            f for f in cluster_map.followers[self.shard] if f != self.address
+        ]
+        if not self._transfer_sources:
+            return
+        self._transfer_source = source % len(self._transfer_sources)
+        self._transfer_id += 1
+        self._transfer_data = bytearray()
+        self.transfers_started += 1
+        self._ask_piece()
+
+    def _ask_piece(self) -> None:
+        request = StateRequest(
+            self.address, self._transfer_id, self.shard, len(self._transfer_data),
+            self.settings.transfer_piece_bytes,
+        )
+        self._outbox.append((self._transfer_sources[self._transfer_source], request))
+
+    def _on_state_piece(self, now_ns: int, piece: StatePiece) -> None:
+        data = self._transfer_data
+        if piece.req_id != self._transfer_id or piece.offset != len(data):
+            return  # a late answer to an abandoned transfer, or a duplicate
+        if piece.total == 0 or piece.shard != self.shard or len(data) + len(piece.data) > piece.total:
+            self._start_transfer(now_ns, self._transfer_source + 1)  # refused: ask another
+            return
+        data += piece.data
+        self.transfer_bytes += len(piece.data)
+        self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
+        if len(data) < piece.total:
+            self._ask_piece()
+            return
+        try:
+            state = decode_state(bytes(data))
+        except InvalidRequest:
+            self._start_transfer(now_ns, self._transfer_source + 1)
+            return
+        self._install_state(state)
+
+    def _check_voting(self, src: str, message: PaxosMessage) -> None:
+        """A restarted acceptor votes in phase 1 once this replica has learned every slot
+        the current leader can have proposed before the crash: those below its commit index
+        when it first speaks to the restarted replica, plus the proposals it may have had
+        in flight beyond it (``slots_in_flight_max``)."""
+        acceptor = self.stream.acceptor
+        if self._votes_from is None:
+            if src != acceptor.leader or not isinstance(message, PaxosAccept | Commit):
+                return
+            self._votes_from = message.chosen_through + self.stream_settings.slots_in_flight_max
+        if self.stream.learner.delivered_through >= self._votes_from:
+            acceptor.voting = True
+
+    @property
+    def voting(self) -> bool:
+        """Whether this replica's acceptor counts in its shard's phase 1 (after a restart:
+        once it has caught up; see Acceptor)."""
+        return not self.rejoining and self.stream.acceptor.voting
+
+    def _install_state(self, state: FollowerState) -> None:
+        """Becomes the follower the source was at its delivery point (module doc)."""
+        assert state.shard == self.shard
+        store = self.store
+        for key, chain in state.chains:
+            for value, deleted, vc, epoch, txn_id in chain:
+                store.install(key, value, deleted, vc, epoch, txn_id)
+        cluster_map = self.map
+        if state.cluster_map is not None and (
+            cluster_map is None
+            or (state.cluster_map.epoch, state.cluster_map.fvw_epoch())
+            > (cluster_map.epoch, cluster_map.fvw_epoch())
+        ):
+            cluster_map = self.map = state.cluster_map
+        assert cluster_map is not None
+        self.epoch = max(state.epoch, cluster_map.epoch)
+        # No ballot this replica promised or accepted before it crashed is of a round above
+        # the current epoch's (a leader of epoch e proposes in round e + 1); see Acceptor.
+        acceptor = Acceptor(
+            self.shard, self.stream_settings, restarted_round=self.epoch + 1,
+            leader=cluster_map.leaders[self.shard], promised=state.promised,
+        )
+        self.stream = StreamFollower(
+            self.shard, self.stream_settings, first_slot=state.slot, acceptor=acceptor
+        )
+        self.stream.learner.leader = cluster_map.leaders[self.shard]
+        for slot, entry in sorted(state.recent.items()):
+            acceptor.learned(slot, entry)
+        self._recent = dict(state.recent)
+        self.epochs = StreamEpochs()
+        self.epochs.ended = state.epochs_ended
+        self.epochs.valid_watermark = state.epochs_valid_watermark
+        self.epochs.finalized = dict(state.epochs_finalized)
+        self.fvw_applied = state.fvw_applied
+        self.vw = state.vw
+        self._speculative = state.speculative
+        self._held_visibility = list(state.held_visibility)
+        self.applied_slots = state.applied_slots
+        self.applied_records = state.applied_records
+        self.rejoining = False
+        self._transfer_deadline = None
+        self._transfer_data = bytearray()
+        self._votes_from = None
+        del self.ANSWERS  # back to the class's: snapshot reads and state requests
+        if self._probe is not None:
+            self._probe.watermark(self.address, dict(self.vw.items()))
+        self._apply_fvws()
+
+    def capture_state(self) -> FollowerState:
+        """This follower's state at its delivery point, for a rejoining replica."""
+        store = self.store
+        chains = []
+        for key in store.all_keys():
+            versions = [
+                (v.value, v.deleted, v.vc, v.epoch, v.txn_id)
+                for v in store.chain(key) if v.state != ROLLED_BACK
+            ]
+            if versions:
+                chains.append((key, versions))
+        return FollowerState(
+            shard=self.shard,
+            slot=self.stream.learner.delivered_through,
+            epoch=self.epoch,
+            fvw_applied=self.fvw_applied,
+            promised=self.stream.acceptor.promised,
+            vw=self.vw,
+            epochs_ended=self.epochs.ended,
+            epochs_valid_watermark=self.epochs.valid_watermark,
+            epochs_finalized=dict(self.epochs.finalized),
+            cluster_map=self.map,
+            chains=chains,
+            speculative={e: list(items) for e, items in self._speculative.items()},
+            held_visibility=list(self._held_visibility),
+            recent=dict(self._recent),
+            applied_slots=self.applied_slots,
+            applied_records=self.applied_records,
+        )
+
+    def _serve_state(self, src: str, request: StateRequest) -> StatePiece:
+        """One piece of this follower's state for a rejoining replica; the state is fixed
+        (encoded) when its first piece is asked for."""
+        key = (request.requester, request.req_id)
+        data = self._served.get(key)
+        if data is None and request.offset == 0 and not self.rejoining and request.shard == self.shard:
+            data = encode_state(self.capture_state())
+            self._served[key] = data
+            while len(self._served) > _TRANSFERS_KEPT:
+                del self._served[next(iter(self._served))]
+        if data is None or request.offset > len(data):
+            return StatePiece(request.req_id, self.shard, request.offset, 0, b"")
+        length = min(request.length, self.settings.transfer_piece_bytes)
+        piece = data[request.offset : request.offset + length]
+        return StatePiece(request.req_id, self.shard, request.offset, len(data), piece)
 
     # ---- reads ---------------------------------------------------------------------------
 

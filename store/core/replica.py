@@ -38,6 +38,7 @@ from store.core.coordinator import Certification, Coordinator
 from store.core.epoch import StreamEpochs, counter_base
 from store.core.errors import Status
 from store.core.messages import (
+    PEER_REPLIES,
     PEER_REQUESTS,
     AbortReply,
     AbortRequest,
@@ -119,6 +120,8 @@ class ShardLeader:
     # rule of store.core.messages), and one-way messages.
     ANSWERS: tuple[type[Message], ...] = PEER_REQUESTS
     ONE_WAY: tuple[type[Message], ...] = (Gossip, ConfigReply)
+    # What it takes as replies to its own requests to peers.
+    REPLIES: tuple[type[Message], ...] = PEER_REPLIES
 
     def __init__(
         self,

@@ -47,6 +47,10 @@ class Settings:
     heartbeat_interval_ns: int = 100 * MS
     leader_timeout_ns: int = 1000 * MS
     cm_timeout_ns: int = 1000 * MS
+    # State transfer to a restarted replica (docs/recovery.md "Rejoining"): the size of one
+    # piece, and how long a transfer may go without progress before the next source is asked.
+    transfer_piece_bytes: int = 256 << 10
+    transfer_retry_ns: int = 1000 * MS
     # Garbage collection of versions nobody can read.
     gc_interval_ns: int = 50 * MS
     # Keys one garbage-collection pass visits at most, so a pass never stalls the server.

@@ -14,7 +14,8 @@ messages to send and when to wake it. The host gives it the world:
   outcome every one of them. A client may ask again (same id) while an earlier request
   still waits; each gets its answer.
 * **Peer requests and their replies.** A peer's request (lock, validate, install, read,
-  solo, abort; a follower's snapshot read; a configuration manager's ``GetConfig``) is
+  solo, abort; a follower's snapshot read or state request; a configuration manager's
+  ``GetConfig``) is
   handed to the replica from a fresh token address ``p\\0<n>``, if it is one the replica
   answers (its ``ANSWERS``; its ``ONE_WAY`` messages are handed over with no reply). Replicas answer synchronously — the reply comes out of the very
   ``handle`` call that received the request (``store.core.messages.PEER_REQUESTS``) — and
@@ -23,7 +24,8 @@ messages to send and when to wake it. The host gives it the world:
   one-way message (gossip) gets an empty response at once.
 * **Sending.** Messages to other shard leaders go as ``PEER`` requests on one RPC session
   per peer (opened lazily, reopened after a failure); the reply comes back as the response
-  and is handed to the replica as a message from that peer. A lost request is no concern
+  and is handed to the replica as a message from that peer if it is one the replica takes
+  (its ``REPLIES``). A lost request is no concern
   here: the coordinator retransmits on its own timer. Paxos messages go to the stream
   transport (gRPC between regions in production, the simulated network in the simulator).
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
@@ -47,7 +49,6 @@ from store.core.cm import ConfigMember, GetConfig
 from store.core.errors import InvalidRequest, Status
 from store.core.follower import ShardFollower, SnapshotRead
 from store.core.messages import (
-    PEER_REPLIES,
     Message,
     Outcome,
     Submit,
@@ -302,7 +303,7 @@ class ReplicaHost:
             except InvalidRequest:
                 self.counters["bad_requests"] += 1
                 return
-            if not isinstance(reply, PEER_REPLIES):
+            if not isinstance(reply, self.replica.REPLIES):
                 self.counters["bad_requests"] += 1
                 return
             self._deliver(address, reply)

@@ -199,6 +199,10 @@ class SimCluster:
         self.shards = shards
         # With followers, a configuration manager member in every region (docs/recovery.md).
         self.cm_members = [cm_address(region) for region in self.regions] if len(self.regions) > 1 else []
+        self.procedures = procedures
+        self.breaks = breaks
+        self.probe = probe
+        self.stream_settings = stream_settings
         self.cm: list[ConfigMember] = []
         # Broken invariants: (address, exception, traceback), in the order they happened.
         self.fatal: list[tuple[str, BaseException, str]] = []
@@ -259,7 +263,26 @@ class SimCluster:
             follower.store.install(key, value, False, EMPTY, 0, 0)
 
     def server(self, address: str) -> SimServer:
-        return next(server for server in self.servers if server.address == address)
+        """The server at ``address`` now (the restarted one, if it crashed and came back)."""
+        return [server for server in self.servers if server.address == address][-1]
+
+    def restart(self, address: str) -> ShardFollower:
+        """The crashed process at ``address`` starts again with empty memory, as a replica
+        of its shard that rejoins (docs/recovery.md "Rejoining"). The crashed server stays in
+        ``servers``: what its acceptor accepted before the crash counted then."""
+        crashed = self.server(address)
+        assert crashed.crashed, f"{address} is running"
+        replica = crashed.host.replica
+        assert isinstance(replica, ShardLeader | ShardFollower), "only shard replicas restart"
+        follower = ShardFollower(
+            replica.shard, address, self.stream_settings, now_ns=self.sim.now_ns,
+            probe=self.probe, cm_members=self.cm_members, settings=self.settings,
+            partitioner=self.partitioner, procedures=self.procedures, breaks=self.breaks,
+            rejoining=True,
+        )
+        self._serve(follower, crashed.region)
+        self.servers[-1].start()
+        return follower
 
     def all_replicas(self) -> list[ShardLeader | ShardFollower]:
         """Every shard replica ever hosted, crashed or not, as it is now."""
@@ -290,6 +313,9 @@ class SimCluster:
                 problems.append(f"shard {shard}: no live leader of epoch {cluster_map.epoch}")
         for replica in self.live_replicas():
             if isinstance(replica, ShardLeader) and replica.retired:
+                continue
+            if isinstance(replica, ShardFollower) and replica.rejoining:
+                problems.append(f"{replica.address}: restarted, still copying its state")
                 continue
             if replica.epoch != cluster_map.epoch or replica.fvw_applied != cluster_map.epoch - 1:
                 problems.append(

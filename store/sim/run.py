@@ -107,6 +107,7 @@ class SeedResult:
     # transactions rolled back.
     failovers: int = 0
     crashes: int = 0
+    restarts: int = 0
     rolled_back: int = 0
 
     @property
@@ -285,6 +286,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         ),
         failovers=max((member.map.epoch for member in cluster.cm), default=0),
         crashes=crashes.crashed if crashes is not None else 0,
+        restarts=crashes.restarted if crashes is not None else 0,
         rolled_back=len(recorder.rolled_back_txns),
         client_errors=dict(sorted(client_errors.items())),
     )
@@ -391,17 +393,21 @@ class PartitionNemesis:
 
 
 class CrashNemesis:
-    """Crashes shard leaders while the load runs: the process vanishes with all it held in
-    memory (a follower must take over, docs/recovery.md). A shard loses one replica at most
-    (no restarts yet: a second loss would leave it without a majority). The first crash
-    comes in the first half of the load; another may follow on a different shard."""
+    """Crashes shard replicas while the load runs and restarts them: the process vanishes
+    with all it held in memory (a follower takes over a crashed leader), and comes back after
+    a while with empty memory, copies a live follower's state and rejoins its shard
+    (docs/recovery.md). One replica of a shard is down at a time, until its restarted
+    replica votes again (a second would leave its stream without a majority); the victim is a leader two times in three, else a follower.
+    The first crash comes in the first half of the load; more may follow, each after the
+    previous victim is back or on another shard."""
 
     def __init__(self, sim: Simulator, cluster: SimCluster, stop_at: int) -> None:
         self.sim = sim
         self.cluster = cluster
         self.stop_at = stop_at
         self.crashed = 0
-        self._shards_hit: set[int] = set()
+        self.restarted = 0
+        self._down: dict[int, str] = {}  # shard -> address of its crashed replica
 
     def start(self) -> None:
         self.sim.after(self.sim.rng.randrange(self.stop_at // 10, self.stop_at // 2), self._crash)
@@ -410,17 +416,33 @@ class CrashNemesis:
         sim = self.sim
         if sim.now_ns >= self.stop_at:
             return
-        candidates = [
-            leader for leader in self.cluster.current_leaders()
-            if leader is not None and leader.shard not in self._shards_hit
-        ]
+        rng = sim.rng
+        if rng.random() < 2 / 3:
+            candidates: list[Any] = [
+                leader for leader in self.cluster.current_leaders() if leader is not None
+            ]
+        else:
+            candidates = [f for fs in self.cluster.current_followers().values() for f in fs]
+        # A shard whose restarted replica does not vote yet still counts as one down.
+        rejoining = {
+            f.shard for fs in self.cluster.current_followers().values() for f in fs
+            if not f.voting
+        }
+        candidates = [r for r in candidates if r.shard not in self._down and r.shard not in rejoining]
         if candidates:
-            victim = sim.rng.choice(candidates)
-            self._shards_hit.add(victim.shard)
+            victim = rng.choice(candidates)
+            self._down[victim.shard] = victim.address
             self.cluster.server_of(victim).crash()
             self.crashed += 1
-        if sim.rng.random() < 0.5:
-            sim.after(sim.rng.randrange(1, max(2, (self.stop_at - sim.now_ns))), self._crash)
+            # Down for a while: sometimes longer than the failover takes, sometimes not.
+            sim.after(rng.randrange(100 * MS, 3000 * MS), self._restart, victim.shard)
+        if rng.random() < 0.6:
+            sim.after(rng.randrange(1, max(2, (self.stop_at - sim.now_ns))), self._crash)
+
+    def _restart(self, shard: int) -> None:
+        address = self._down.pop(shard)
+        self.cluster.restart(address)
+        self.restarted += 1
 
 
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:
@@ -455,6 +477,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "failovers": sum(r.failovers for r in results),
         "seeds_with_failover": sum(1 for r in results if r.failovers),
         "crashes": sum(r.crashes for r in results),
+        "restarts": sum(r.restarts for r in results),
         "rolled_back": sum(r.rolled_back for r in results),
         "lost_committed": sum(1 for r in results if "lost-committed" in r.anomaly_kinds),
         "client_errors": _add_counts(r.client_errors for r in results),

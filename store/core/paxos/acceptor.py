@@ -10,11 +10,24 @@ Rules, for one stream:
 * A Prepare from ``from_slot`` is answered with every ``(slot, ballot, entry)`` accepted at
   or after ``from_slot``, in slot order, cut into pieces of ``promise_entries_max``.
 
-It persists nothing: promises and accepted entries live in memory, so a restarted process
-must not come back as the same acceptor (it could break a promise it no longer remembers).
-In this design a failed region's replica rejoins through recovery (DESIGN.md §5) as a new
-member, never with an empty memory under its old identity. If acceptors are ever made
-durable, their state must be saved before the Promise or Accepted it produced is sent.
+It persists nothing: promises and accepted entries live in memory. A restarted process has
+forgotten what it promised and accepted, so it comes back **restarted** (docs/recovery.md
+"Rejoining"), with a state copied from a live replica, the round ``R`` of the epoch it
+rejoined in (a leader of epoch ``e`` proposes in round ``e + 1``, so no ballot of a higher
+round existed before it crashed) and the address of its shard's current leader:
+
+* It answers no Accept of a ballot of round at most ``R`` but the current leader's (whose
+  ballots it may have promised before, and whose proposals are the only ones of those rounds
+  still made): answering an older leader could break a promise it forgot.
+* It answers no Prepare at all (it is not ``voting``) until its replica has learned every
+  slot the current leader can have proposed before the crash; the replica decides when
+  (``store.core.follower``). A value chosen with its vote before the crash may be known to
+  only one other acceptor; a phase 1 counting this one could miss it.
+* Once voting, it reports what its learner knows chosen as accepted at the top of round
+  ``R`` (``learned``), so a later phase 1 that counts it hears of every chosen value.
+
+Two replicas of a shard that lose their memory at once can still lose a chosen value; that
+needs acceptors on disk (state saved before the Promise or Accepted it produced is sent).
 """
 
 from __future__ import annotations
@@ -32,11 +45,31 @@ from store.core.paxos.types import (
 )
 
 
+# Above every address: the ballot at which a restarted acceptor reports what it learned.
+_LAST_ADDRESS = "\U0010ffff"
+
+
 class Acceptor:
-    def __init__(self, stream: int, settings: StreamSettings = DEFAULT_STREAM_SETTINGS) -> None:
+    def __init__(
+        self,
+        stream: int,
+        settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
+        *,
+        restarted_round: int = 0,
+        leader: str = "",
+        promised: Ballot = ZERO_BALLOT,
+    ) -> None:
         self.stream = stream
         self.settings = settings
-        self.promised: Ballot = ZERO_BALLOT
+        # After a restart (see the module doc): silent for ballots of these rounds but the
+        # current leader's, and for every Prepare until voting; what the learner knows
+        # chosen is reported at _learned_ballot.
+        self.restarted_round = restarted_round
+        self.leader = leader
+        self.voting = not restarted_round
+        self._learned_ballot = Ballot(restarted_round, _LAST_ADDRESS)
+        self.silenced = 0
+        self.promised: Ballot = promised
         # slot -> (ballot, entry), the highest-ballot value accepted for the slot.
         self._accepted: SortedDict = SortedDict()
         self._outbox: list[tuple[str, PaxosMessage]] = []
@@ -46,6 +79,9 @@ class Acceptor:
 
     def handle(self, now_ns: int, src: str, message: PaxosMessage) -> None:
         assert message.stream == self.stream
+        if isinstance(message, Prepare | Accept) and self._silent(message):
+            self.silenced += 1
+            return
         if isinstance(message, Prepare):
             self._outbox.append((src, self.prepare(message)))
         elif isinstance(message, Accept):
@@ -59,9 +95,17 @@ class Acceptor:
         messages, self._outbox = self._outbox, []
         return StreamReady(messages)
 
+    def _silent(self, message: Prepare | Accept) -> bool:
+        if isinstance(message, Prepare) and not self.voting:
+            return True
+        ballot = message.ballot
+        return ballot.round <= self.restarted_round and ballot.leader != self.leader
+
     # ---- direct calls (the leader's own region uses its acceptor without the network) --
 
     def prepare(self, message: Prepare) -> Promise | Reject:
+        # Direct calls come from this replica's own leader, promoted in a later epoch.
+        assert not self._silent(message), "a restarted acceptor must stay silent"
         if message.ballot < self.promised:
             return Reject(self.stream, message.ballot, self.promised)
         self.promised = message.ballot
@@ -77,6 +121,7 @@ class Acceptor:
         return Promise(self.stream, message.ballot, message.from_slot, accepted, complete)
 
     def accept(self, message: Accept) -> Accepted | Reject:
+        assert not self._silent(message), "a restarted acceptor must stay silent"
         if message.ballot < self.promised:
             return Reject(self.stream, message.ballot, self.promised)
         self.promised = message.ballot
@@ -87,6 +132,17 @@ class Acceptor:
     def accepted(self, slot: int) -> tuple[Ballot, Entry] | None:
         found: tuple[Ballot, Entry] | None = self._accepted.get(slot)
         return found
+
+    def learned(self, slot: int, entry: Entry) -> None:
+        """A restarted acceptor's learner knows ``entry`` chosen at ``slot``: report it as
+        accepted at the top of round ``R``. That is at or above the ballot that chose it, and
+        at or above that ballot only the chosen value can be accepted, so this hides nothing
+        from a phase 1 and contradicts no other acceptor."""
+        if not self.restarted_round or slot < self.forgotten_before:
+            return
+        held = self._accepted.get(slot)
+        if held is None or held[0] < self._learned_ballot:
+            self._accepted[slot] = (self._learned_ballot, entry)
 
     def accepted_count(self) -> int:
         return len(self._accepted)

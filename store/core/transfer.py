@@ -1,0 +1,206 @@
+"""State transfer to a restarted replica (docs/recovery.md "Rejoining").
+
+A replica that restarts has lost its memory. Before it may take part in its shard's stream
+again it copies the state of a live follower of its shard: everything that follower has
+applied through slot ``P`` of the stream (its delivery point), plus what it needs to go on
+exactly as that follower would from ``P``:
+
+* the store — every version not rolled back, with its value, clock, epoch and writer;
+* the stream position ``P``, the stream's epoch bookkeeping (``StreamEpochs``) and the
+  entries the follower still keeps (a later phase 1 must hear of them);
+* the epoch, the FVWs applied, the vector watermark, the entries whose visibility is held
+  back for an FVW, and the transactions that an FVW may still roll back;
+* the cluster map it knows, and the ballot its acceptor promised.
+
+The source encodes its state once per request (``encode_state``), in an explicit msgpack
+layout (no pickle: the bytes cross the network), and serves it in pieces of
+``transfer_piece_bytes`` (``StateRequest`` / ``StatePiece``), so a large store never needs
+one message larger than the RPC core's limit and a lost piece costs one piece. The bytes are
+fixed when the first piece is asked for, so pieces never mix two states. The rejoiner
+decodes with ``decode_state``, which checks every field's shape (``InvalidRequest``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from store.core.cm import ClusterMap, cluster_map_from_wire
+from store.core.messages import Message
+from store.core.paxos import Ballot, Entry
+from store.core.paxos.messages import entry_from_wire, entry_to_wire
+from store.core.vclock import VectorClock
+from store.core.wirecheck import Fields, decode_tagged
+
+STATE_TAG = 1
+STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
+
+# (txn_id, vc, keys written): a replayed transaction an FVW may still roll back.
+Speculative = tuple[int, VectorClock, list[str]]
+
+
+class StateRequest(Message):
+    """The replica at ``requester`` asks a follower for ``length`` bytes from ``offset`` of
+    its state for transfer ``req_id`` (offset 0 with a new ``req_id`` fixes a new state)."""
+
+    __slots__ = ("length", "offset", "req_id", "requester", "shard")
+
+    def __init__(self, requester: str, req_id: int, shard: int, offset: int, length: int) -> None:
+        self.requester = requester
+        self.req_id = req_id
+        self.shard = shard
+        self.offset = offset
+        self.length = length
+
+
+class StatePiece(Message):
+    """``data`` = bytes ``[offset, offset + len(data))`` of a state of ``total`` bytes.
+    ``total`` 0: refused (the source has no state to give, or has dropped this transfer)."""
+
+    __slots__ = ("data", "offset", "req_id", "shard", "total")
+
+    def __init__(self, req_id: int, shard: int, offset: int, total: int, data: bytes) -> None:
+        self.req_id = req_id
+        self.shard = shard
+        self.offset = offset
+        self.total = total
+        self.data = data
+
+
+@dataclass
+class FollowerState:
+    """What a follower hands to a restarted replica of its shard (see the module doc)."""
+
+    shard: int
+    slot: int
+    epoch: int
+    fvw_applied: int
+    promised: Ballot
+    vw: VectorClock
+    epochs_ended: int
+    epochs_valid_watermark: int
+    epochs_finalized: dict[int, int]
+    cluster_map: ClusterMap | None
+    # key -> versions oldest first: (value, deleted, vc, epoch, txn_id)
+    chains: list[tuple[str, list[tuple[Any, bool, VectorClock, int, int]]]]
+    speculative: dict[int, list[Speculative]]
+    held_visibility: list[tuple[int, int, VectorClock]]
+    recent: dict[int, Entry]
+    applied_slots: int
+    applied_records: int
+
+
+def encode_state(state: FollowerState) -> bytes:
+    fvw_applied = state.fvw_applied + 1  # -1 (none) travels as 0: integers are non-negative
+    layout = [
+        STATE_TAG, state.shard, state.slot, state.epoch, fvw_applied,
+        [state.promised.round, state.promised.leader],
+        state.vw.to_wire(), state.epochs_ended + 1, state.epochs_valid_watermark,
+        [[e, w] for e, w in sorted(state.epochs_finalized.items())],
+        state.cluster_map.to_wire() if state.cluster_map is not None else None,
+        [
+            [key, [[value, deleted, vc.to_wire(), epoch, txn] for value, deleted, vc, epoch, txn in chain]]
+            for key, chain in state.chains
+        ],
+        [
+            [epoch, [[txn, vc.to_wire(), keys] for txn, vc, keys in items]]
+            for epoch, items in sorted(state.speculative.items())
+        ],
+        [[epoch, mark, vw.to_wire()] for epoch, mark, vw in state.held_visibility],
+        [[slot, entry_to_wire(entry)] for slot, entry in sorted(state.recent.items())],
+        state.applied_slots, state.applied_records,
+    ]
+    packed: bytes = msgpack.packb(layout, use_bin_type=True)
+    return packed
+
+
+_FIELDS = Fields("transferred state")
+_bad = _FIELDS.bad
+_int = _FIELDS.integer
+_bool = _FIELDS.boolean
+_str = _FIELDS.string
+_list = _FIELDS.array
+
+
+def _pairs(value: Any, what: str) -> list[list[Any]]:
+    items = _list(value, what)
+    for item in items:
+        if type(item) is not list or len(item) != 2:
+            raise _bad(f"{what}: each item is a pair")
+    return items
+
+
+def _ballot(value: Any) -> Ballot:
+    raw = _list(value, "ballot")
+    if len(raw) != 2:
+        raise _bad("a ballot is [round, leader]")
+    return Ballot(_int(raw[0], "round"), _str(raw[1], "leader"))
+
+
+def _chain(value: Any) -> list[tuple[Any, bool, VectorClock, int, int]]:
+    versions = []
+    for raw in _list(value, "versions"):
+        raw = _list(raw, "version")
+        if len(raw) != 5:
+            raise _bad("a version is [value, deleted, vc, epoch, txn_id]")
+        versions.append((
+            raw[0], _bool(raw[1], "deleted"), VectorClock.from_wire(raw[2]),
+            _int(raw[3], "epoch"), _int(raw[4], "txn_id"),
+        ))
+    return versions
+
+
+def _speculative(value: Any) -> list[Speculative]:
+    items = []
+    for raw in _list(value, "speculative"):
+        raw = _list(raw, "speculative item")
+        if len(raw) != 3:
+            raise _bad("a speculative item is [txn_id, vc, keys]")
+        keys = [_str(k, "key") for k in _list(raw[2], "keys")]
+        items.append((_int(raw[0], "txn_id"), VectorClock.from_wire(raw[1]), keys))
+    return items
+
+
+def _held(value: Any) -> list[tuple[int, int, VectorClock]]:
+    held = []
+    for raw in _list(value, "held visibility"):
+        raw = _list(raw, "held item")
+        if len(raw) != 3:
+            raise _bad("a held item is [epoch, watermark, vw]")
+        held.append((_int(raw[0], "epoch"), _int(raw[1], "watermark"), VectorClock.from_wire(raw[2])))
+    return held
+
+
+def _build(f: list[Any]) -> FollowerState:
+    return FollowerState(
+        shard=_int(f[1], "shard"),
+        slot=_int(f[2], "slot"),
+        epoch=_int(f[3], "epoch"),
+        fvw_applied=_int(f[4], "fvw_applied") - 1,
+        promised=_ballot(f[5]),
+        vw=VectorClock.from_wire(f[6]),
+        epochs_ended=_int(f[7], "epochs ended") - 1,
+        epochs_valid_watermark=_int(f[8], "valid watermark"),
+        epochs_finalized={
+            _int(e, "epoch"): _int(w, "watermark") for e, w in _pairs(f[9], "finalized")
+        },
+        cluster_map=None if f[10] is None else cluster_map_from_wire(f[10]),
+        chains=[(_str(key, "key"), _chain(chain)) for key, chain in _pairs(f[11], "chains")],
+        speculative={
+            _int(epoch, "epoch"): _speculative(items)
+            for epoch, items in _pairs(f[12], "speculative")
+        },
+        held_visibility=_held(f[13]),
+        recent={_int(slot, "slot"): entry_from_wire(entry) for slot, entry in _pairs(f[14], "recent")},
+        applied_slots=_int(f[15], "applied_slots"),
+        applied_records=_int(f[16], "applied_records"),
+    )
+
+
+def decode_state(data: bytes | bytearray | memoryview) -> FollowerState:
+    """``encode_state``'s inverse; ``InvalidRequest`` for anything malformed."""
+    return decode_tagged(
+        data, {STATE_TAG: (17, _build)}, _FIELDS, STATE_BYTES_MAX, strict_map_key=False
+    )
