@@ -53,19 +53,21 @@ from store.core.paxos import (
     Commit,
     Entry,
     PaxosMessage,
+    Prepare,
     StreamFollower,
     StreamSettings,
 )
 from store.core.ready import Ready
 from store.core.replica import Probe, ShardLeader, Takeover
 from store.core.settings import DEFAULT_SETTINGS, Settings
-from store.core.storage import ROLLED_BACK, VersionedStore
+from store.core.storage import VersionedStore
 from store.core.transfer import (
     FollowerState,
     StatePiece,
     StateRequest,
+    StateServer,
     decode_state,
-    encode_state,
+    version_chains,
 )
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
@@ -105,10 +107,6 @@ class SnapshotReply(Message):
         self.applied_slots = applied_slots
 
 
-# Transfers a source keeps encoded at once (a new one evicts the oldest).
-_TRANSFERS_KEPT = 2
-
-
 class ShardFollower:
     ANSWERS: tuple[type[Message], ...] = (SnapshotRead, StateRequest)
     ONE_WAY: tuple[type[Message], ...] = (ConfigReply,)
@@ -128,12 +126,13 @@ class ShardFollower:
         procedures: Procedures | None = None,
         breaks: frozenset[str] = frozenset(),
         rejoining: bool = False,
+        acceptor: Acceptor | None = None,
     ) -> None:
         self.shard = shard
         self.breaks = breaks
         self.address = address
         self._probe = probe
-        self.stream = StreamFollower(shard, stream_settings)
+        self.stream = StreamFollower(shard, stream_settings, acceptor=acceptor)
         self.stream_settings = stream_settings
         self.settings = settings
         self.partitioner = partitioner
@@ -171,10 +170,10 @@ class ShardFollower:
         self._transfer_data = bytearray()
         self._transfer_deadline: int | None = None
         self._votes_from: int | None = None  # see _check_voting
+        self._kept_acceptor = acceptor is not None
         self.transfers_started = 0
         self.transfer_bytes = 0
-        # A source's encoded states, by (requester, request id), the latest few.
-        self._served: dict[tuple[str, int], bytes] = {}
+        self._state_server = StateServer(shard, settings.transfer_piece_bytes)
 
     @property
     def skipped_writes(self) -> int:
@@ -182,8 +181,11 @@ class ShardFollower:
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
         if isinstance(message, PaxosMessage):
-            if message.stream != self.shard or self.rejoining:
+            if message.stream != self.shard:
                 self.dropped_messages += 1
+                return
+            if self.rejoining:
+                self._while_rejoining(now_ns, src, message)
                 return
             self.stream.handle(now_ns, src, message)
             self._pump()
@@ -194,7 +196,8 @@ class ShardFollower:
         elif isinstance(message, ConfigReply):
             self._on_config(now_ns, message.cluster_map)
         elif isinstance(message, StateRequest):
-            self._outbox.append((src, self._serve_state(src, message)))
+            capture = None if self.rejoining else self.capture_state
+            self._outbox.append((src, self._state_server.serve(message, capture)))
         elif isinstance(message, StatePiece) and self.rejoining:
             self._on_state_piece(now_ns, message)
         else:
@@ -366,9 +369,10 @@ class ShardFollower:
         if cluster_map is None or cluster_map.leaders[self.shard] == self.address:
             self._transfer_sources = []
             return  # the CM has not yet replaced this replica as leader: wait
+        # Followers first; the leader last (it has more to do, and may be taking over).
         self._transfer_sources = [
             f for f in cluster_map.followers[self.shard] if f != self.address
-        ]
+        ] + [cluster_map.leaders[self.shard]]
         if not self._transfer_sources:
             return
         self._transfer_source = source % len(self._transfer_sources)
@@ -403,6 +407,17 @@ class ShardFollower:
             self._start_transfer(now_ns, self._transfer_source + 1)
             return
         self._install_state(state)
+
+    def _while_rejoining(self, now_ns: int, src: str, message: PaxosMessage) -> None:
+        """A retired leader's acceptor kept its memory: it goes on serving its stream while
+        the rest of the state is copied (its shard may need it for a majority). A restarted
+        one has none yet: silent."""
+        acceptor = self.stream.acceptor
+        if self._kept_acceptor and isinstance(message, Prepare | PaxosAccept):
+            acceptor.handle(now_ns, src, message)
+            self._outbox.extend(acceptor.ready().messages)
+        else:
+            self.dropped_messages += 1
 
     def _check_voting(self, src: str, message: PaxosMessage) -> None:
         """A restarted acceptor votes in phase 1 once this replica has learned every slot
@@ -439,12 +454,15 @@ class ShardFollower:
             cluster_map = self.map = state.cluster_map
         assert cluster_map is not None
         self.epoch = max(state.epoch, cluster_map.epoch)
-        # No ballot this replica promised or accepted before it crashed is of a round above
-        # the current epoch's (a leader of epoch e proposes in round e + 1); see Acceptor.
-        acceptor = Acceptor(
-            self.shard, self.stream_settings, restarted_round=self.epoch + 1,
-            leader=cluster_map.leaders[self.shard], promised=state.promised,
-        )
+        if self._kept_acceptor:
+            acceptor = self.stream.acceptor  # a retired leader's: it remembers all
+        else:
+            # No ballot this replica promised or accepted before it crashed is of a round
+            # above the current epoch's (a leader of epoch e proposes in round e + 1).
+            acceptor = Acceptor(
+                self.shard, self.stream_settings, restarted_round=self.epoch + 1,
+                leader=cluster_map.leaders[self.shard], promised=state.promised,
+            )
         self.stream = StreamFollower(
             self.shard, self.stream_settings, first_slot=state.slot, acceptor=acceptor
         )
@@ -473,15 +491,6 @@ class ShardFollower:
 
     def capture_state(self) -> FollowerState:
         """This follower's state at its delivery point, for a rejoining replica."""
-        store = self.store
-        chains = []
-        for key in store.all_keys():
-            versions = [
-                (v.value, v.deleted, v.vc, v.epoch, v.txn_id)
-                for v in store.chain(key) if v.state != ROLLED_BACK
-            ]
-            if versions:
-                chains.append((key, versions))
         return FollowerState(
             shard=self.shard,
             slot=self.stream.learner.delivered_through,
@@ -493,29 +502,13 @@ class ShardFollower:
             epochs_valid_watermark=self.epochs.valid_watermark,
             epochs_finalized=dict(self.epochs.finalized),
             cluster_map=self.map,
-            chains=chains,
+            chains=version_chains(self.store),
             speculative={e: list(items) for e, items in self._speculative.items()},
             held_visibility=list(self._held_visibility),
             recent=dict(self._recent),
             applied_slots=self.applied_slots,
             applied_records=self.applied_records,
         )
-
-    def _serve_state(self, src: str, request: StateRequest) -> StatePiece:
-        """One piece of this follower's state for a rejoining replica; the state is fixed
-        (encoded) when its first piece is asked for."""
-        key = (request.requester, request.req_id)
-        data = self._served.get(key)
-        if data is None and request.offset == 0 and not self.rejoining and request.shard == self.shard:
-            data = encode_state(self.capture_state())
-            self._served[key] = data
-            while len(self._served) > _TRANSFERS_KEPT:
-                del self._served[next(iter(self._served))]
-        if data is None or request.offset > len(data):
-            return StatePiece(request.req_id, self.shard, request.offset, 0, b"")
-        length = min(request.length, self.settings.transfer_piece_bytes)
-        piece = data[request.offset : request.offset + length]
-        return StatePiece(request.req_id, self.shard, request.offset, len(data), piece)
 
     # ---- reads ---------------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ from store.core.paxos import (
 from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import ROLLED_BACK, VersionedStore
+from store.core.transfer import FollowerState, StateRequest, StateServer, version_chains
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ShardWatermark, VectorWatermark
@@ -118,7 +119,7 @@ class Takeover:
 class ShardLeader:
     # What it takes from peers: requests it answers within the handle call (the reply
     # rule of store.core.messages), and one-way messages.
-    ANSWERS: tuple[type[Message], ...] = PEER_REQUESTS
+    ANSWERS: tuple[type[Message], ...] = (*PEER_REQUESTS, StateRequest)
     ONE_WAY: tuple[type[Message], ...] = (Gossip, ConfigReply)
     # What it takes as replies to its own requests to peers.
     REPLIES: tuple[type[Message], ...] = PEER_REPLIES
@@ -146,6 +147,10 @@ class ShardLeader:
         self.address = peers[shard]
         self.peers = list(peers)
         self.settings = settings
+        self._partitioner = partitioner
+        self._procedures = procedures
+        self._stream_settings = stream_settings
+        self._breaks = breaks
         self.store = store if store is not None else VersionedStore()
         self.watermark = ShardWatermark()
         self.vw = VectorWatermark()
@@ -187,6 +192,8 @@ class ShardLeader:
         self.cm_members = list(cm_members)
         self.map: ClusterMap | None = None
         self.retired = False
+        self._retired_in = 0  # the epoch whose map named another leader
+        self._successor: Any = None
         self.epochs = StreamEpochs()
         self.fvw_applied = -1
         self.rolled_back = 0
@@ -216,7 +223,9 @@ class ShardLeader:
             SoloReply: self._on_solo_reply,
             Gossip: self._on_gossip,
             ConfigReply: self._on_config,
+            StateRequest: self._on_state_request,
         }
+        self._state_server = StateServer(shard, settings.transfer_piece_bytes)
         self.dropped_messages = 0
 
     # ---- entry points --------------------------------------------------------------------
@@ -283,7 +292,8 @@ class ShardLeader:
         ):
             if deadline is not None and deadline < wake_at:
                 wake_at = deadline
-        return Ready(messages, wake_at)
+        successor, self._successor = self._successor, None
+        return Ready(messages, wake_at, successor)
 
     def durable_watermark(self) -> int:
         """This shard's watermark (DESIGN.md §4): with replication, the stream's."""
@@ -470,8 +480,9 @@ class ShardLeader:
         self.epoch = epoch
         if self.vw.enter_epoch(epoch):
             self.coordinator.check_commits()
-        if cluster_map.leaders[self.shard] != self.address:
+        if cluster_map.leaders[self.shard] != self.address and not self.retired:
             self.retired = True
+            self._retired_in = epoch
 
     def _apply_fvws(self) -> None:
         cluster_map = self.map
@@ -491,6 +502,23 @@ class ShardLeader:
                 self.participant.release_hidden(txn_id)
             self.coordinator.resolve_epoch(epoch, fvw)
             self.fvw_applied = epoch
+        if self.retired and self.fvw_applied >= self._retired_in - 1 and self.stream is not None:
+            self._become_follower()
+
+    def _become_follower(self) -> None:
+        """A retired leader whose last epoch is settled (its clients answered by the FVW)
+        becomes a follower of its shard again: it keeps its acceptor, which remembers all,
+        and copies the rest of a follower's state (``ShardFollower``, rejoining)."""
+        from store.core.follower import ShardFollower  # the follower module builds on this one
+
+        assert self.stream is not None and self._successor is None
+        self._successor = ShardFollower(
+            self.shard, self.address, self._stream_settings, now_ns=self._now_ns,
+            probe=self._probe, cm_members=self.cm_members, settings=self.settings,
+            partitioner=self._partitioner, procedures=self._procedures, breaks=self._breaks,
+            rejoining=True, acceptor=self.stream.acceptor,
+        )
+        self.stream = None  # the successor serves the stream from now on
 
     def _roll_back(self, txn_id: int, keys: list[str]) -> None:
         for key in keys:
@@ -613,6 +641,42 @@ class ShardLeader:
             self.participant.reveal_committed(self.vw.entries)
             self.coordinator.check_commits()
         self.coordinator.on_solo_reply(now_ns, message)
+
+    def _on_state_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, StateRequest)
+        serving = (
+            self.stream is not None and not self.retired and self.participant.certifying
+            and self.stream.phase is Phase.LEADING
+        )
+        capture = self.capture_state if serving else None
+        self._outbox.append((src, self._state_server.serve(message, capture)))
+
+    def capture_state(self) -> FollowerState:
+        """What a follower of this shard would hold at the stream's chosen point, for a
+        rejoining replica (``store.core.transfer``): the store also holds what was installed
+        beyond that point; the copy's replay skips it (Thomas's write rule), or the FVW of
+        its epoch rolls it back, as at any follower."""
+        stream = self.stream
+        assert stream is not None
+        chosen = stream.chosen_through
+        return FollowerState(
+            shard=self.shard,
+            slot=chosen,
+            epoch=self.epoch,
+            fvw_applied=self.fvw_applied,
+            promised=stream.acceptor.promised,
+            vw=VectorClock(self.vw.entries),
+            epochs_ended=self.epochs.ended,
+            epochs_valid_watermark=self.epochs.valid_watermark,
+            epochs_finalized=dict(self.epochs.finalized),
+            cluster_map=self.map,
+            chains=version_chains(self.store),
+            speculative={e: list(items) for e, items in self._speculative.items()},
+            held_visibility=[],
+            recent=stream.chosen_log(),
+            applied_slots=chosen,
+            applied_records=0,
+        )
 
     def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, Gossip)

@@ -12,7 +12,10 @@ exactly as that follower would from ``P``:
   back for an FVW, and the transactions that an FVW may still roll back;
 * the cluster map it knows, and the ballot its acceptor promised.
 
-The source encodes its state once per request (``encode_state``), in an explicit msgpack
+The source is a follower of the shard, or its leader (``ShardLeader.capture_state``: what
+its stream has chosen, plus what it installed beyond, which the stream's replay then skips
+or its epoch's FVW rolls back). It encodes its state once per request (``encode_state``,
+``StateServer``), in an explicit msgpack
 layout (no pickle: the bytes cross the network), and serves it in pieces of
 ``transfer_piece_bytes`` (``StateRequest`` / ``StatePiece``), so a large store never needs
 one message larger than the RPC core's limit and a lost piece costs one piece. The bytes are
@@ -22,6 +25,7 @@ decodes with ``decode_state``, which checks every field's shape (``InvalidReques
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +35,19 @@ from store.core.cm import ClusterMap, cluster_map_from_wire
 from store.core.messages import Message
 from store.core.paxos import Ballot, Entry
 from store.core.paxos.messages import entry_from_wire, entry_to_wire
+from store.core.storage import ROLLED_BACK, VersionedStore
 from store.core.vclock import VectorClock
 from store.core.wirecheck import Fields, decode_tagged
 
 STATE_TAG = 1
 STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
+# Transfers a source keeps encoded at once (a new one evicts the oldest).
+TRANSFERS_KEPT = 2
 
 # (txn_id, vc, keys written): a replayed transaction an FVW may still roll back.
 Speculative = tuple[int, VectorClock, list[str]]
+# One key's versions, oldest first: (value, deleted, vc, epoch, txn_id).
+Chain = list[tuple[Any, bool, VectorClock, int, int]]
 
 
 class StateRequest(Message):
@@ -84,12 +93,54 @@ class FollowerState:
     epochs_finalized: dict[int, int]
     cluster_map: ClusterMap | None
     # key -> versions oldest first: (value, deleted, vc, epoch, txn_id)
-    chains: list[tuple[str, list[tuple[Any, bool, VectorClock, int, int]]]]
+    chains: list[tuple[str, Chain]]
     speculative: dict[int, list[Speculative]]
     held_visibility: list[tuple[int, int, VectorClock]]
     recent: dict[int, Entry]
     applied_slots: int
     applied_records: int
+
+
+def version_chains(store: VersionedStore) -> list[tuple[str, Chain]]:
+    """Every key's versions that are not rolled back, oldest first, for a state copy."""
+    chains = []
+    for key in store.all_keys():
+        versions = [
+            (v.value, v.deleted, v.vc, v.epoch, v.txn_id)
+            for v in store.chain(key) if v.state != ROLLED_BACK
+        ]
+        if versions:
+            chains.append((key, versions))
+    return chains
+
+
+class StateServer:
+    """The source's side: encodes a state when a transfer's first piece is asked for, and
+    serves its pieces; keeps the latest ``TRANSFERS_KEPT`` transfers."""
+
+    def __init__(self, shard: int, piece_bytes: int) -> None:
+        self.shard = shard
+        self.piece_bytes = piece_bytes
+        self._served: dict[tuple[str, int], bytes] = {}
+        self.started = 0
+
+    def serve(
+        self, request: StateRequest, capture: Callable[[], FollowerState] | None
+    ) -> StatePiece:
+        """One piece; ``capture`` (None: this replica has no state to give) takes the state."""
+        key = (request.requester, request.req_id)
+        data = self._served.get(key)
+        if data is None and request.offset == 0 and capture is not None and request.shard == self.shard:
+            data = encode_state(capture())
+            self.started += 1
+            self._served[key] = data
+            while len(self._served) > TRANSFERS_KEPT:
+                del self._served[next(iter(self._served))]
+        if data is None or request.offset > len(data):
+            return StatePiece(request.req_id, self.shard, request.offset, 0, b"")
+        length = min(request.length, self.piece_bytes)
+        piece = data[request.offset : request.offset + length]
+        return StatePiece(request.req_id, self.shard, request.offset, len(data), piece)
 
 
 def encode_state(state: FollowerState) -> bytes:
@@ -139,7 +190,7 @@ def _ballot(value: Any) -> Ballot:
     return Ballot(_int(raw[0], "round"), _str(raw[1], "leader"))
 
 
-def _chain(value: Any) -> list[tuple[Any, bool, VectorClock, int, int]]:
+def _chain(value: Any) -> Chain:
     versions = []
     for raw in _list(value, "versions"):
         raw = _list(raw, "version")

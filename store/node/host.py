@@ -29,8 +29,9 @@ messages to send and when to wake it. The host gives it the world:
   here: the coordinator retransmits on its own timer. Paxos messages go to the stream
   transport (gRPC between regions in production, the simulated network in the simulator).
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
-* **Promotion.** A replica whose ``Ready`` names a ``successor`` (a follower the cluster map
-  made its shard's leader) is replaced by it; the host goes on with the successor.
+* **Promotion and retirement.** A replica whose ``Ready`` names a ``successor`` (a follower
+  the cluster map made its shard's leader, or a retired leader that becomes a follower
+  again) is replaced by it; the host goes on with the successor.
 * **Fail fast.** The replica's inputs are validated, so an exception out of it is a broken
   invariant (an ``assert`` of the protocol, or a bug). The host stops: it serves nothing
   more and hands the exception to ``on_fatal`` — the server process logs it and exits
@@ -255,9 +256,10 @@ class ReplicaHost:
                 self._send_peer(dst, message)
         wake_at = ready.wake_at
         if ready.successor is not None:
-            assert isinstance(ready.successor, ShardLeader), ready.successor
+            assert isinstance(ready.successor, ShardLeader | ShardFollower), ready.successor
             self.replica = ready.successor
-            self.counters["promotions"] = self.counters.get("promotions", 0) + 1
+            kind = "promotions" if isinstance(ready.successor, ShardLeader) else "retirements"
+            self.counters[kind] = self.counters.get(kind, 0) + 1
             self._flush()
             return
         if wake_at is not None and (self._timer_at is None or wake_at < self._timer_at):

@@ -448,6 +448,11 @@ class StreamLeader:
                     self._outbox.append((peer, accept))
                     self.retransmissions += 1
 
+    def chosen_log(self) -> dict[int, Entry]:
+        """The chosen entries this leader still keeps (for a replica that copies its state)."""
+        chosen = self.chosen_through
+        return {slot: entry for slot, entry in self._log.items() if slot < chosen}
+
     # ---- learners, deposition, timers --------------------------------------------------
 
     def _on_fetch(self, src: str, message: Fetch) -> None:
