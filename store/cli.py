@@ -154,10 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--shard", type=int, help="the shard (leader and follower roles)")
     serve.add_argument("--role", choices=["leader", "follower", "cm"], default="leader")
     serve.add_argument("--region", help="the follower's or CM member's region")
+    serve.add_argument(
+        "--rejoin", action="store_true",
+        help="a restarted replica: copy its state from a live one and rejoin as a follower",
+    )
     serve.set_defaults(run=cmd_serve)
 
     up = commands.add_parser("up", help="start a local cluster; Ctrl-C stops it")
     up.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
+    up.add_argument(
+        "--no-restart", action="store_true",
+        help="report a dead process but do not restart it (default: restart; it rejoins)",
+    )
     up.set_defaults(run=cmd_up)
 
     status = commands.add_parser("status", help="each shard's leader, health and counters")
@@ -199,7 +207,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     elif args.shard is None or not 0 <= args.shard < len(config.shards):
         raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
     try:
-        serve(config, args.shard, args.role, args.region)
+        serve(config, args.shard, args.role, args.region, rejoin=args.rejoin)
     except ConfigError as exc:
         raise SystemExit(f"meridian: {exc}") from None
     return 0
@@ -208,7 +216,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from store.node.up import run_up
 
-    return run_up(_config(args.config))
+    return run_up(_config(args.config), restart=not args.no_restart)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -232,7 +232,8 @@ class Client:
         region: str | None = None,
         with_lag: bool = False,
     ) -> SnapshotResult:
-        """A read-only snapshot of keys of ONE shard, served by its follower in ``region``.
+        """A read-only snapshot of keys of ONE shard, served by its follower in ``region``
+        (the replica there that the cluster map does not name leader).
 
         Shows only committed transactions, at the follower's vector watermark: consistent
         within the shard, and as stale as replication to that region is (``vw`` says where
@@ -246,7 +247,14 @@ class Client:
         if len(shards) != 1:
             raise InvalidRequest("a snapshot read covers the keys of one shard")
         shard = shards.pop()
-        followers = self._config.shards[shard].followers
+        # The shard's replicas that follow now: the cluster file's, but the one the cluster
+        # map names leader (after a failover the old leader follows in its region).
+        config = self._config.shards[shard]
+        leader = self.protocol.leaders[shard]
+        followers = [
+            (r, a) for r, a in ((config.region, config.leader), *config.followers)
+            if f"{a[0]}:{a[1]}" != leader
+        ]
         if not followers:
             raise InvalidRequest(f"shard {shard} has no followers")
         region = region or self._config.client.get("region") or followers[0][0]

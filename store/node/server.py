@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from store import wire
-from store.config import ClusterConfig, ReplicaNode
+from store.config import ClusterConfig, ConfigError, ReplicaNode
 from store.core.cm import ClusterMap, ConfigMember
 from store.core.follower import ShardFollower
 from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
@@ -107,6 +107,7 @@ class ShardServer:
         loop: asyncio.AbstractEventLoop,
         node: ReplicaNode | None = None,
         on_fatal: Callable[[BaseException], None] = _fatal,
+        rejoin: bool = False,
     ) -> None:
         self.config = config
         self.shard = shard
@@ -120,6 +121,14 @@ class ShardServer:
             replica = ConfigMember(
                 self.node.address, cm_members, initial_map(config), config.settings,
                 stream_settings, now_ns=time.monotonic_ns(),
+            )
+        elif rejoin:
+            # Restarted with its memory gone: a follower that copies its state from a live
+            # replica of its shard before it takes part again (docs/recovery.md).
+            replica = ShardFollower(
+                shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
+                cm_members=cm_members, settings=config.settings,
+                partitioner=config.partitioner(), procedures=self.procedures, rejoining=True,
             )
         elif self.node.role == "leader":
             replica = ShardLeader(
@@ -208,6 +217,8 @@ class ShardServer:
                 "address": replica.address,
                 "region": self.node.region,
                 "role": "follower",
+                "rejoining": replica.rejoining,
+                "voting": replica.voting,
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "epoch": replica.epoch,
@@ -303,9 +314,9 @@ class PauseMonitor:
         self.loop.call_later(0.05, self._tick)
 
 
-async def _serve(config: ClusterConfig, node: ReplicaNode) -> None:
+async def _serve(config: ClusterConfig, node: ReplicaNode, rejoin: bool) -> None:
     loop = asyncio.get_running_loop()
-    server = ShardServer(config, node.shard, loop, node)
+    server = ShardServer(config, node.shard, loop, node, rejoin=rejoin)
     await server.start()
     PauseMonitor(loop, server.counters)
     stop = asyncio.Event()
@@ -313,7 +324,8 @@ async def _serve(config: ClusterConfig, node: ReplicaNode) -> None:
         loop.add_signal_handler(sig, stop.set)
     parent = os.getppid()
     log.info("serving", extra={"fields": {"shard": node.shard, "role": node.role, "address": node.address, "pid": os.getpid()}})
-    print(f"shard {node.shard} {node.role} ({node.region}) serving on {node.address}", flush=True)
+    how = "rejoining" if rejoin else "serving"
+    print(f"shard {node.shard} {node.role} ({node.region}) {how} on {node.address}", flush=True)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
@@ -333,15 +345,20 @@ def log_name(node: ReplicaNode) -> str:
     return f"shard-{node.shard}-{node.region}"
 
 
-def serve(config: ClusterConfig, shard: int, role: str = "leader", region: str | None = None) -> None:
+def serve(
+    config: ClusterConfig, shard: int, role: str = "leader", region: str | None = None,
+    rejoin: bool = False,
+) -> None:
     from store.node import logs
 
     node = config.node(role, shard, region)
+    if rejoin and role == "cm":
+        raise ConfigError("a configuration manager member cannot rejoin (not built)")
     logs.setup(config.run_dir / f"{log_name(node)}.log")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        loop.run_until_complete(_serve(config, node))
+        loop.run_until_complete(_serve(config, node, rejoin))
     finally:
         loop.close()

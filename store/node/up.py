@@ -7,11 +7,13 @@ that linger), so stopping ``up`` leaves no process behind.
 
 Supervision. A child that dies while the cluster runs (killed, or crashed) is reported — its
 name, pid, how it ended and the tail of its output — and the rest keep running: with a
-configuration manager the shard's followers take over (docs/recovery.md). The one exception
-is a broken invariant (exit status 70): that is a bug, the cluster's state is suspect, and
-``up`` stops everything and exits non-zero. Dead processes are not restarted yet: a replica
-restarted with its memory gone needs its state transferred from a live one before it may
-vote in its shard's Paxos stream again, and that is not built.
+configuration manager the shard's followers take over (docs/recovery.md). Then, unless
+``restart`` is off (``meridian up --no-restart``), it is started again after
+``RESTART_DELAY_S``: a shard replica with ``serve --rejoin`` (its memory is gone; it copies
+a live replica's state and rejoins its shard as a follower), the wan proxy as it was. A
+configuration manager member is not restarted (rejoining the CM is not built). The one
+exception is a broken invariant (exit status 70): that is a bug, the cluster's state is
+suspect, and ``up`` stops everything and exits non-zero.
 """
 
 from __future__ import annotations
@@ -28,23 +30,33 @@ from typing import Any
 from store.config import ClusterConfig
 from store.core.epoch import format_counter
 
+# A dead child is started again this long after its death was seen (never in a tight loop).
+RESTART_DELAY_S = 1.0
+
 
 class ProcessCluster:
     """The processes of one cluster file on this machine."""
 
-    def __init__(self, config: ClusterConfig, python: str = sys.executable) -> None:
+    def __init__(
+        self, config: ClusterConfig, python: str = sys.executable, restart: bool = True
+    ) -> None:
         self.config = config
         self.python = python
+        self.restart = restart
         self.children: list[subprocess.Popen[bytes]] = []
         self.names: list[str] = []
+        self.commands: list[list[str]] = []
         self.reported: set[str] = set()  # children whose death was reported
+        self._restart_at: dict[str, float] = {}  # dead children to start again, and when
+        self.restarts: dict[str, int] = {}
+        self._env: dict[str, str] = {}
 
     def start(self) -> None:
         from store.node.server import log_name
 
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         assert self.config.path is not None, "a cluster started by 'up' needs a file"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
+        env = self._env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
         # Leaders first (children[s] is shard s's leader), then followers, then the proxy.
         for node in self.config.nodes():
             command = [
@@ -78,8 +90,12 @@ class ProcessCluster:
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
         )
         out.close()
+        if name in self.names:
+            self.children[self.names.index(name)] = child
+            return
         self.children.append(child)
         self.names.append(name)
+        self.commands.append(command)
 
     def wait_ready(self, timeout_s: float = 30.0) -> list[dict[str, Any]]:
         """Waits until every shard answers a status request; returns the statuses."""
@@ -113,22 +129,40 @@ class ProcessCluster:
 
     def supervise(self) -> list[str]:
         """While running: reports each child that ended since the last call (returned as
-        lines) and keeps the rest running; a broken invariant (status 70) raises."""
+        lines), keeps the rest running and restarts it when due (see the module doc); a
+        broken invariant (status 70) raises."""
         from store.node.server import EXIT_INVARIANT_BROKEN
 
         lines = []
-        for name, child in zip(self.names, self.children, strict=True):
+        now = time.monotonic()
+        for index, (name, child) in enumerate(zip(self.names, self.children, strict=True)):
             code = child.poll()
-            if code is None or name in self.reported:
+            if code is None:
                 continue
-            self.reported.add(name)
-            if code == EXIT_INVARIANT_BROKEN:
-                raise RuntimeError(f"{name} exited with {code}:\n{self._tail(name)}")
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
-            lines.append(
-                f"{name} (pid {child.pid}) {how}; the rest of the cluster keeps running"
-                + (f"\n{self._tail(name, 600)}" if code > 0 else "")
-            )
+            if name not in self.reported:
+                self.reported.add(name)
+                if code == EXIT_INVARIANT_BROKEN:
+                    raise RuntimeError(f"{name} exited with {code}:\n{self._tail(name)}")
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+                then = "the rest of the cluster keeps running"
+                if self.restart and not name.startswith("cm-"):
+                    self._restart_at[name] = now + RESTART_DELAY_S
+                    then += f"; restarting it in {RESTART_DELAY_S:g} s"
+                lines.append(
+                    f"{name} (pid {child.pid}) {how}; {then}"
+                    + (f"\n{self._tail(name, 600)}" if code > 0 else "")
+                )
+            due = self._restart_at.get(name)
+            if due is not None and now >= due:
+                del self._restart_at[name]
+                command = self.commands[index]
+                if name.startswith("shard-"):
+                    command = [*command, "--rejoin"]
+                self._spawn(name, command, self._env)
+                self.reported.discard(name)
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                what = "rejoins its shard as a follower" if name.startswith("shard-") else "is back"
+                lines.append(f"{name} restarted (pid {self.pid_of(name)}); it {what}")
         return lines
 
     def _tail(self, name: str, chars: int = 2000) -> str:
@@ -178,8 +212,8 @@ def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_up(config: ClusterConfig) -> int:
-    cluster = ProcessCluster(config)
+def run_up(config: ClusterConfig, restart: bool = True) -> int:
+    cluster = ProcessCluster(config, restart=restart)
     stop_requested = False
 
     def request_stop(signum: int, frame: Any) -> None:

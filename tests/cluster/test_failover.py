@@ -7,8 +7,10 @@ shard-0 leader is SIGKILLed mid-run. Checked: the history (written as ``history.
 checks clean; every append a client was told COMMITTED is in the final state, on the new
 leaders and on every live follower; the failed shard commits again within
 ``leader_timeout`` + 2 s of the kill; the healthy shard never goes a whole second without a
-commit; ``meridian up``'s supervision reports the death and keeps the rest running;
-``meridian status`` shows epoch 1 and the new leader with its process id.
+commit; ``meridian up``'s supervision reports the death, keeps the rest running and
+restarts the killed process, which copies a live replica's state and rejoins shard 0 as a
+voting follower holding every acknowledged append; ``meridian status`` shows epoch 1 and the
+new leader with its process id.
 
 ``leader_timeout`` is 500 ms here. A healthy shard's commits wait while a cross-shard
 transaction coordinated by the dead leader holds a counter on it (its counter was drawn at
@@ -119,9 +121,16 @@ def test_a_killed_shard_leader_is_replaced_and_nothing_committed_is_lost(
     assert verdict["valid"], {k: verdict["anomalies"][k][:2] for k in verdict["anomaly_types"]}
     assert result.counts["ok"] > 100, result.counts
 
-    # Supervision: the death is reported, the rest keeps running.
+    # Supervision: the death is reported, the rest keeps running, the process restarts.
+    killed_pid = geo_cm.pid_of("shard-0")
     reports = geo_cm.supervise()
     assert len(reports) == 1 and "shard-0" in reports[0] and "SIGKILL" in reports[0], reports
+    assert "restarting it" in reports[0], reports
+    deadline = time.monotonic() + 10
+    while not geo_cm.restarts.get("shard-0") and time.monotonic() < deadline:
+        reports += geo_cm.supervise()
+        time.sleep(0.1)
+    assert geo_cm.pid_of("shard-0") != killed_pid, reports
 
     # The failed shard commits again within leader_timeout + 2 s; the healthy shard never
     # stops committing for a whole second.
@@ -143,6 +152,7 @@ def test_a_killed_shard_leader_is_replaced_and_nothing_committed_is_lost(
     for shard in (0, 1):
         acknowledged[probes[shard]] = set(probe_values[shard])
     run(_final_state_holds(config, acknowledged))
+    run(_rejoined(config, acknowledged))
 
     # meridian status names the epoch and the new leader, with its process id.
     shown = subprocess.run(
@@ -182,6 +192,32 @@ async def _final_state_holds(config: config_module.ClusterConfig, acknowledged: 
                         break
                     await asyncio.sleep(0.05)
                 assert shown == {k: final[k] for k in shard_keys}, (shard, region)
+
+
+async def _rejoined(config: config_module.ClusterConfig, acknowledged: dict[str, set[int]]) -> None:
+    """The restarted shard-0 process has copied its state and votes again; a snapshot read
+    at it shows every acknowledged append of its shard."""
+    old_leader = config.shards[0].leader_address
+    async with await Client.connect(config) as client:
+        await client.cluster_map()  # snapshot reads go to the replicas the map has follow
+        deadline = time.monotonic() + 20
+        while True:
+            statuses = await client.status(replicas=True)
+            status = statuses[0]  # the nodes' order: shard 0's leader in the cluster file first
+            if status is not None and status.get("voting") or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert status is not None and status["address"] == old_leader, status
+        assert status["role"] == "follower" and not status["rejoining"] and status["voting"], status
+        assert status["epoch"] == 1, status
+        keys = sorted(k for k in acknowledged if client.partitioner.shard_of(k) == 0)
+        while True:
+            snapshot = await client.read_snapshot(keys, region=config.shards[0].region)
+            missing = {k: acknowledged[k] - set(snapshot.values[k] or []) for k in keys}
+            if not any(missing.values()) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert not any(missing.values()), missing
 
 
 def test_the_failover_benchmark_reports_what_the_issue_asks(tmp_path: Path) -> None:
