@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--break", dest="break_step",
-        choices=["validation", "locking", "fvw", "no-inf", "takeover"],
+        choices=["validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote"],
         help="switch one safety step off in the servers, to show the checkers catch it",
     )
     sim.add_argument(

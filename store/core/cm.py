@@ -405,7 +405,10 @@ class ConfigMember:
 
     def _on_heartbeat(self, now_ns: int, heartbeat: Heartbeat) -> None:
         rejoining = heartbeat.role == REJOINING
-        if not rejoining:
+        if rejoining:
+            # Restarted: what it said in its previous life no longer holds.
+            self._heard.pop(heartbeat.address, None)
+        else:
             self._heard[heartbeat.address] = (now_ns, heartbeat)
         if not self.leading():
             return

@@ -43,10 +43,9 @@ from typing import Any
 
 from store.core.cm import FOLLOWER, REJOINING, ClusterMap, ConfigReply, Heartbeat
 from store.core.epoch import StreamEpochs, counter_base
+from store.core.errors import InvalidRequest
 from store.core.messages import Message
 from store.core.partition import Partitioner
-from store.core.errors import InvalidRequest
-from store.core.paxos import Accept as PaxosAccept
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
     Acceptor,
@@ -57,6 +56,7 @@ from store.core.paxos import (
     StreamFollower,
     StreamSettings,
 )
+from store.core.paxos import Accept as PaxosAccept
 from store.core.ready import Ready
 from store.core.replica import Probe, ShardLeader, Takeover
 from store.core.settings import DEFAULT_SETTINGS, Settings
@@ -190,7 +190,7 @@ class ShardFollower:
             self.stream.handle(now_ns, src, message)
             self._pump()
             if not self.stream.acceptor.voting:
-                self._check_voting(src, message)
+                self._check_voting(now_ns, src, message)
         elif isinstance(message, SnapshotRead) and not self.rejoining:
             self._outbox.append((src, self.snapshot(message)))
         elif isinstance(message, ConfigReply):
@@ -306,7 +306,11 @@ class ShardFollower:
             return
         if cluster_map.epoch > self.epoch:
             self.epoch = cluster_map.epoch
-            if cluster_map.leaders[self.shard] == self.address and self.partitioner is not None:
+            if (
+                cluster_map.leaders[self.shard] == self.address
+                and self.partitioner is not None
+                and self.voting  # else it cannot lead yet; the CM replaces it in time
+            ):
                 self._apply_fvws()
                 self._successor = self.promote(now_ns, cluster_map)
                 return
@@ -419,7 +423,7 @@ class ShardFollower:
         else:
             self.dropped_messages += 1
 
-    def _check_voting(self, src: str, message: PaxosMessage) -> None:
+    def _check_voting(self, now_ns: int, src: str, message: PaxosMessage) -> None:
         """A restarted acceptor votes in phase 1 once this replica has learned every slot
         the current leader can have proposed before the crash: those below its commit index
         when it first speaks to the restarted replica, plus the proposals it may have had
@@ -431,6 +435,15 @@ class ShardFollower:
             self._votes_from = message.chosen_through + self.stream_settings.slots_in_flight_max
         if self.stream.learner.delivered_through >= self._votes_from:
             acceptor.voting = True
+            cluster_map = self.map
+            if (
+                cluster_map is not None
+                and cluster_map.leaders[self.shard] == self.address
+                and self.partitioner is not None
+            ):
+                # The map made it leader while it could not lead yet: it can now.
+                self._apply_fvws()
+                self._successor = self.promote(now_ns, cluster_map)
 
     @property
     def voting(self) -> bool:
@@ -463,6 +476,8 @@ class ShardFollower:
                 self.shard, self.stream_settings, restarted_round=self.epoch + 1,
                 leader=cluster_map.leaders[self.shard], promised=state.promised,
             )
+            # --break rejoin-vote: vote in phase 1 at once (the simulator must catch it).
+            acceptor.voting = "rejoin-vote" in self.breaks
         self.stream = StreamFollower(
             self.shard, self.stream_settings, first_slot=state.slot, acceptor=acceptor
         )

@@ -40,8 +40,9 @@ from store.sim.workloads import Bank, ListAppend, register_bank
 
 # Safety steps --break switches off: certification's, and recovery's (docs/recovery.md):
 # "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
-# ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1.
-BREAKABLE_STEPS = ("validation", "locking", "fvw", "no-inf", "takeover")
+# ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1,
+# "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up.
+BREAKABLE_STEPS = ("validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote")
 # How often the settle phase looks whether the cluster has gone quiet.
 SETTLE_CHECK_NS = 50 * MS
 
@@ -417,7 +418,7 @@ class CrashNemesis:
         if sim.now_ns >= self.stop_at:
             return
         rng = sim.rng
-        if rng.random() < 2 / 3:
+        if not self.crashed or rng.random() < 0.5:
             candidates: list[Any] = [
                 leader for leader in self.cluster.current_leaders() if leader is not None
             ]

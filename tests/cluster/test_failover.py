@@ -204,7 +204,7 @@ async def _rejoined(config: config_module.ClusterConfig, acknowledged: dict[str,
         while True:
             statuses = await client.status(replicas=True)
             status = statuses[0]  # the nodes' order: shard 0's leader in the cluster file first
-            if status is not None and status.get("voting") or time.monotonic() > deadline:
+            if (status is not None and status.get("voting")) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
         assert status is not None and status["address"] == old_leader, status

@@ -29,6 +29,7 @@ from store.core.messages import (
     ValidateReply,
     ValidateRequest,
 )
+from store.core.transfer import StatePiece, StateRequest
 from store.core.vclock import VectorClock
 
 VC = VectorClock({0: 3, 2: 9})
@@ -53,6 +54,8 @@ MESSAGES = [
     Gossip(2, {0: 5, 2: 7}),
     SnapshotRead(3, ["t/a", "t/b"], [("t/", "t0", 10)]),
     SnapshotReply(3, 1, [1, None], [[("t/a", 1)]], VC, 12),
+    StateRequest("127.0.0.1:7100", 4, 1, 262144, 262144),
+    StatePiece(4, 1, 0, 10, b"\x00\x01state"),
 ]
 
 

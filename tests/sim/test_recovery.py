@@ -1,8 +1,9 @@
 """Leaders that die, in the simulator (docs/recovery.md; issue 10's "Done when", simulator part).
 
-Shard leaders are crashed during the load (all their memory lost); the configuration
-manager replaces them with followers, which take their streams over; every shard ends the
-epoch, the finalized vector watermark is assembled, what is above it is rolled back. Checked
+Shard replicas are crashed during the load (all their memory lost) and restarted; the
+configuration manager replaces a crashed leader with a follower, which takes its stream
+over; every shard ends the epoch, the finalized vector watermark is assembled, what is above
+it is rolled back; a restarted replica copies a live one's state and rejoins. Checked
 on every seed: the history, every oracle, no transaction a client heard COMMITTED rolled
 back (``lost-committed``), everything that depended on a rolled-back transaction rolled back
 too, one live leader per shard and every replica in the final epoch with its FVW applied,
@@ -31,6 +32,7 @@ def test_crashed_leaders_are_replaced_and_nothing_committed_is_lost(workload: st
     assert summary["lost_committed"] == 0
     assert summary["seeds_with_failover"] >= 80
     assert summary["crashes"] >= 100
+    assert summary["restarts"] >= 50
     assert summary["transactions_committed"] > 1000
 
 
@@ -65,6 +67,22 @@ def test_each_recovery_step_broken_is_caught(step: str, caught_by: set[str]) -> 
         SimOptions(loss=0.05, regions=3, crashes=True, duration_ms=1000, break_step=step),
     )
     assert caught_by & set(summary["seeds_with_anomalies"]), summary["seeds_with_anomalies"]
+
+
+def test_a_restarted_replica_that_votes_before_it_has_caught_up_loses_a_commit() -> None:
+    """Seed 3: shard 2's leader crashes after slots were chosen with one follower's vote
+    only; it restarts and copies the state of the *other* follower, which had not learned
+    them. Had it answered the next leader's phase 1 at once, that leader would have formed a
+    majority without the one replica holding them and lost committed transactions. It
+    waits until it has caught up with the current leader (Acceptor, restarted)."""
+    options = SimOptions(
+        loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
+        scan_fraction=0.15, snapshot_fraction=0.1,
+    )
+    summary = run_many([3], options)
+    assert summary["restarts"] >= 1 and summary["anomalies"] == 0, summary.get("first_failure")
+    broken = run_many([3], SimOptions(**{**options.__dict__, "break_step": "rejoin-vote"}))
+    assert "lost-committed" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
 
 
 def test_a_shard_that_skips_an_epoch_ends_it_too() -> None:

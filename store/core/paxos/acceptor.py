@@ -44,7 +44,6 @@ from store.core.paxos.types import (
     StreamSettings,
 )
 
-
 # Above every address: the ballot at which a restarted acceptor reports what it learned.
 _LAST_ADDRESS = "\U0010ffff"
 

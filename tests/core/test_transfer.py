@@ -1,0 +1,136 @@
+"""State transfer to a restarted replica (docs/recovery.md "Rejoining"), as pure objects:
+the state's encoding round-trips and rejects garbage; a source serves a fixed state in
+pieces; a restarted acceptor keeps the rules that make its lost memory harmless."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.core.cm import ClusterMap
+from store.core.errors import InvalidRequest
+from store.core.paxos import INF, Accept, Accepted, Acceptor, Ballot, Entry, EntryKind, Prepare, Promise
+from store.core.storage import VersionedStore
+from store.core.transfer import (
+    FollowerState,
+    StateRequest,
+    StateServer,
+    decode_state,
+    encode_state,
+    version_chains,
+)
+from store.core.vclock import VectorClock
+
+VC = VectorClock({0: 5, 1: 2})
+BATCH = Entry(EntryKind.BATCH, [[7, [["t/a", 1, False]], VC.to_wire()]], [5], VC, 5, VC, 0)
+
+
+def sample_state() -> FollowerState:
+    store = VersionedStore()
+    store.install("t/a", [1, 2], False, VC, 0, 7)
+    store.install("t/a", None, True, VectorClock({0: 6}), 1, 8)
+    store.install("t/b", {"x": b"y"}, False, VectorClock({1: 2}), 0, 9)
+    store.roll_back("t/b", 9)  # rolled back versions are not copied
+    store.install("t/c", 3, False, VectorClock({0: 1}), 0, 10)
+    return FollowerState(
+        shard=0, slot=12, epoch=1, fvw_applied=0, promised=Ballot(2, "127.0.0.2:7100"),
+        vw=VC, epochs_ended=0, epochs_valid_watermark=5, epochs_finalized={0: 5},
+        cluster_map=ClusterMap(1, ["b", "x"], [["a", "c"], ["y", "z"]], {0: {0: 5, 1: 2}}),
+        chains=version_chains(store),
+        speculative={1: [(8, VectorClock({0: 6}), ["t/a"])]},
+        held_visibility=[(1, 6, VC)],
+        recent={10: BATCH, 11: INF},
+        applied_slots=12, applied_records=30,
+    )
+
+
+def test_a_state_round_trips() -> None:
+    state = sample_state()
+    decoded = decode_state(encode_state(state))
+    assert decoded == state
+    assert [key for key, _ in decoded.chains] == ["t/a", "t/c"]
+    assert len(dict(decoded.chains)["t/a"]) == 2
+
+
+def test_a_state_without_a_map_or_fvw_round_trips() -> None:
+    state = sample_state()
+    state.cluster_map = None
+    state.fvw_applied = -1
+    state.epochs_ended = -1
+    assert decode_state(encode_state(state)) == state
+
+
+@given(st.binary(max_size=200))
+def test_garbage_is_an_invalid_request(data: bytes) -> None:
+    try:
+        decode_state(data)
+    except InvalidRequest:
+        pass
+
+
+def test_a_truncated_state_is_an_invalid_request() -> None:
+    data = encode_state(sample_state())
+    for cut in (1, len(data) // 2, len(data) - 1):
+        with pytest.raises(InvalidRequest):
+            decode_state(data[:cut])
+
+
+def test_a_source_serves_one_fixed_state_in_pieces() -> None:
+    server = StateServer(0, piece_bytes=64)
+    captured = []
+
+    def capture() -> FollowerState:
+        state = sample_state()
+        state.slot += len(captured)  # a later capture would differ
+        captured.append(state)
+        return state
+
+    data = b""
+    while True:
+        piece = server.serve(StateRequest("r", 1, 0, len(data), 1000), capture)
+        assert piece.total > 0 and piece.offset == len(data) and len(piece.data) <= 64
+        data += piece.data
+        if len(data) == piece.total:
+            break
+    assert len(captured) == 1  # the state was taken once, when the first piece was asked
+    assert decode_state(data) == captured[0]
+    # A piece of a transfer the source does not know, or from a source with no state, or
+    # for another shard: refused (total 0), never a piece of something else.
+    assert server.serve(StateRequest("r", 2, 64, 64, 64), capture).total == 0
+    assert server.serve(StateRequest("s", 1, 0, 64, 64), None).total == 0
+    assert server.serve(StateRequest("s", 3, 0, 1, 64), capture).total == 0
+
+
+def test_a_restarted_acceptor_answers_no_older_leader_and_no_prepare_until_voting() -> None:
+    current = Ballot(2, "leader")
+    acceptor = Acceptor(0, restarted_round=2, leader="leader", promised=current)
+    # An older leader (or one of the same round) gets no answer at all: a Reject would be
+    # an answer too, and a promise it forgot might have been to that leader.
+    for ballot in (Ballot(1, "old"), Ballot(2, "other")):
+        acceptor.handle(0, "old", Accept(0, ballot, 3, BATCH, 0))
+        acceptor.handle(0, "old", Prepare(0, ballot, 0))
+    assert acceptor.ready().messages == [] and acceptor.silenced == 4
+    # The current leader's proposals are accepted.
+    acceptor.handle(0, "leader", Accept(0, current, 3, BATCH, 0))
+    assert [type(m) for _, m in acceptor.ready().messages] == [Accepted]
+    # Not voting yet: a later leader's Prepare is not answered either.
+    later = Ballot(3, "next")
+    acceptor.handle(0, "next", Prepare(0, later, 0))
+    assert acceptor.ready().messages == []
+    # What its learner knows chosen is reported, at the top of round R, once it votes.
+    acceptor.learned(1, INF)
+    acceptor.voting = True
+    acceptor.handle(0, "next", Prepare(0, later, 0))
+    [(_, promise)] = acceptor.ready().messages
+    assert isinstance(promise, Promise)
+    reported = {slot: (ballot, entry) for slot, ballot, entry in promise.accepted}
+    assert reported[1][1] == INF and reported[1][0].round == 2 and reported[1][0] > current
+    assert reported[3] == (current, BATCH)
+
+
+def test_an_acceptor_that_never_restarted_is_unchanged() -> None:
+    acceptor = Acceptor(0)
+    assert acceptor.voting
+    acceptor.learned(1, INF)  # only a restarted acceptor reports what it learned
+    assert acceptor.accepted(1) is None
