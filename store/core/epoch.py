@@ -68,6 +68,20 @@ class StreamEpochs:
         self.ended = entry.epoch
         return False
 
+    def copy(self) -> StreamEpochs:
+        copied = StreamEpochs()
+        copied.ended = self.ended
+        copied.valid_watermark = self.valid_watermark
+        copied.finalized = dict(self.finalized)
+        return copied
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StreamEpochs) and (
+            self.ended, self.valid_watermark, self.finalized
+        ) == (other.ended, other.valid_watermark, other.finalized)
+
+    __hash__ = None  # type: ignore[assignment]
+
     def finalized_watermark(self, epoch: int) -> int | None:
         """The finalized watermark of ``epoch``, once it has ended on this stream."""
         return self.finalized.get(epoch)

@@ -485,10 +485,7 @@ class ShardFollower:
         for slot, entry in sorted(state.recent.items()):
             acceptor.learned(slot, entry)
         self._recent = dict(state.recent)
-        self.epochs = StreamEpochs()
-        self.epochs.ended = state.epochs_ended
-        self.epochs.valid_watermark = state.epochs_valid_watermark
-        self.epochs.finalized = dict(state.epochs_finalized)
+        self.epochs = state.epochs
         self.fvw_applied = state.fvw_applied
         self.vw = state.vw
         self._speculative = state.speculative
@@ -513,9 +510,7 @@ class ShardFollower:
             fvw_applied=self.fvw_applied,
             promised=self.stream.acceptor.promised,
             vw=self.vw,
-            epochs_ended=self.epochs.ended,
-            epochs_valid_watermark=self.epochs.valid_watermark,
-            epochs_finalized=dict(self.epochs.finalized),
+            epochs=self.epochs.copy(),
             cluster_map=self.map,
             chains=version_chains(self.store),
             speculative={e: list(items) for e, items in self._speculative.items()},

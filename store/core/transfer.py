@@ -32,6 +32,7 @@ from typing import Any
 import msgpack
 
 from store.core.cm import ClusterMap, cluster_map_from_wire
+from store.core.epoch import StreamEpochs
 from store.core.messages import Message
 from store.core.paxos import Ballot, Entry
 from store.core.paxos.messages import entry_from_wire, entry_to_wire
@@ -88,9 +89,7 @@ class FollowerState:
     fvw_applied: int
     promised: Ballot
     vw: VectorClock
-    epochs_ended: int
-    epochs_valid_watermark: int
-    epochs_finalized: dict[int, int]
+    epochs: StreamEpochs
     cluster_map: ClusterMap | None
     # key -> versions oldest first: (value, deleted, vc, epoch, txn_id)
     chains: list[tuple[str, Chain]]
@@ -148,8 +147,8 @@ def encode_state(state: FollowerState) -> bytes:
     layout = [
         STATE_TAG, state.shard, state.slot, state.epoch, fvw_applied,
         [state.promised.round, state.promised.leader],
-        state.vw.to_wire(), state.epochs_ended + 1, state.epochs_valid_watermark,
-        [[e, w] for e, w in sorted(state.epochs_finalized.items())],
+        state.vw.to_wire(), state.epochs.ended + 1, state.epochs.valid_watermark,
+        [[e, w] for e, w in sorted(state.epochs.finalized.items())],
         state.cluster_map.to_wire() if state.cluster_map is not None else None,
         [
             [key, [[value, deleted, vc.to_wire(), epoch, txn] for value, deleted, vc, epoch, txn in chain]]
@@ -224,6 +223,16 @@ def _held(value: Any) -> list[tuple[int, int, VectorClock]]:
     return held
 
 
+def _epochs(ended: Any, valid_watermark: Any, finalized: Any) -> StreamEpochs:
+    epochs = StreamEpochs()
+    epochs.ended = _int(ended, "epochs ended") - 1
+    epochs.valid_watermark = _int(valid_watermark, "valid watermark")
+    epochs.finalized = {
+        _int(e, "epoch"): _int(w, "watermark") for e, w in _pairs(finalized, "finalized")
+    }
+    return epochs
+
+
 def _build(f: list[Any]) -> FollowerState:
     return FollowerState(
         shard=_int(f[1], "shard"),
@@ -232,11 +241,7 @@ def _build(f: list[Any]) -> FollowerState:
         fvw_applied=_int(f[4], "fvw_applied") - 1,
         promised=_ballot(f[5]),
         vw=VectorClock.from_wire(f[6]),
-        epochs_ended=_int(f[7], "epochs ended") - 1,
-        epochs_valid_watermark=_int(f[8], "valid watermark"),
-        epochs_finalized={
-            _int(e, "epoch"): _int(w, "watermark") for e, w in _pairs(f[9], "finalized")
-        },
+        epochs=_epochs(f[7], f[8], f[9]),
         cluster_map=None if f[10] is None else cluster_map_from_wire(f[10]),
         chains=[(_str(key, "key"), _chain(chain)) for key, chain in _pairs(f[11], "chains")],
         speculative={

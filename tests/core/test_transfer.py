@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store.core.cm import ClusterMap
+from store.core.epoch import StreamEpochs
 from store.core.errors import InvalidRequest
 from store.core.paxos import (
     INF,
@@ -38,6 +39,13 @@ VC = VectorClock({0: 5, 1: 2})
 BATCH = Entry(EntryKind.BATCH, [[7, [["t/a", 1, False]], VC.to_wire()]], [5], VC, 5, VC, 0)
 
 
+def sample_epochs() -> StreamEpochs:
+    epochs = StreamEpochs()
+    epochs.add(BATCH)
+    epochs.add(INF)  # ends epoch 0 at watermark 5
+    return epochs
+
+
 def sample_state() -> FollowerState:
     store = VersionedStore()
     store.install("t/a", [1, 2], False, VC, 0, 7)
@@ -47,7 +55,7 @@ def sample_state() -> FollowerState:
     store.install("t/c", 3, False, VectorClock({0: 1}), 0, 10)
     return FollowerState(
         shard=0, slot=12, epoch=1, fvw_applied=0, promised=Ballot(2, "127.0.0.2:7100"),
-        vw=VC, epochs_ended=0, epochs_valid_watermark=5, epochs_finalized={0: 5},
+        vw=VC, epochs=sample_epochs(),
         cluster_map=ClusterMap(1, ["b", "x"], [["a", "c"], ["y", "z"]], {0: {0: 5, 1: 2}}),
         chains=version_chains(store),
         speculative={1: [(8, VectorClock({0: 6}), ["t/a"])]},
@@ -69,7 +77,7 @@ def test_a_state_without_a_map_or_fvw_round_trips() -> None:
     state = sample_state()
     state.cluster_map = None
     state.fvw_applied = -1
-    state.epochs_ended = -1
+    state.epochs = StreamEpochs()
     assert decode_state(encode_state(state)) == state
 
 
