@@ -253,3 +253,24 @@ def test_routes_pick_the_coordinator() -> None:
     assert {protocol.shard_for(None) for _ in range(4)} == {0, 1}
     with pytest.raises(InvalidRequest):
         protocol.shard_for(2)
+
+
+def test_not_a_leader_after_an_earlier_send_is_unknown_not_unavailable() -> None:
+    """The first request was lost; the second meets a process that answers "not a leader"
+    (the leader restarted with its memory gone). The first may have run, so the outcome is
+    unknown and the transaction is not run again under a new id."""
+    driver = Driver(answers(
+        RequestTimeout("lost"),
+        outcome(Status.UNAVAILABLE, detail="not a shard leader (yet)"),
+        outcome(Status.COMMITTED, "twice"),
+    ))
+    with pytest.raises(OutcomeUnknown):
+        driver.run(driver.protocol.run(0, "p", [], False, False))
+    assert len({s.seq for s in driver.submits()}) == 1  # one id: never run again
+
+
+def test_not_a_leader_on_the_first_send_is_unavailable() -> None:
+    driver = Driver(answers(outcome(Status.UNAVAILABLE, detail="not a shard leader (yet)")))
+    driver.protocol.cm_members = []  # no map to refresh: the error reaches the caller
+    with pytest.raises(Unavailable):
+        driver.run(driver.protocol.run(0, "p", [], False, False))

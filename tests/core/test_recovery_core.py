@@ -4,7 +4,7 @@ failover decision, a participant's epoch change."""
 
 from __future__ import annotations
 
-from store.core.cm import FOLLOWER, LEADER, ClusterMap, ConfigMember, Heartbeat
+from store.core.cm import FOLLOWER, LEADER, REJOINING, ClusterMap, ConfigMember, Heartbeat
 from store.core.epoch import EPOCH_SHIFT, StreamEpochs, counter_base, epoch_of
 from store.core.participant import Participant
 from store.core.paxos import Entry, EntryKind
@@ -102,6 +102,38 @@ def test_the_cm_replaces_a_silent_leader_with_its_most_advanced_follower() -> No
     assert now > timeout
     assert member.map.epoch == 1 and member.map.leaders == ["b0"]  # b0 delivered the most
     assert member.failovers == 1
+
+
+def test_a_rejoining_replica_neither_keeps_its_leader_alive_nor_is_a_candidate() -> None:
+    """A REJOINING heartbeat says the process restarted with its memory gone: what it said
+    in its previous life no longer holds. A leader that restarts is replaced at once (not a
+    leader_timeout later), by a follower that is alive and not itself rejoining; the
+    rejoining ones are sent the map."""
+    initial = ClusterMap(0, ["l0"], [["a0", "b0"]])
+    member = ConfigMember("cm", ["cm"], initial, DEFAULT_SETTINGS)
+    now = 0
+    pushed: list[str] = []
+
+    def step(beats: list[tuple[str, int, int]]) -> None:
+        nonlocal now
+        now += 100 * MS
+        for address, role, delivered in beats:
+            member.handle(now, address, Heartbeat(address, 0, role, 0, delivered, -1, []))
+        member.tick(now)
+        pushed.extend(dst for dst, _ in member.ready().messages)
+
+    for _ in range(12):  # past the CM leader's first leader_timeout
+        step([("l0", LEADER, 10), ("a0", FOLLOWER, 7), ("b0", FOLLOWER, 9)])
+    assert member.map.epoch == 0
+    for _ in range(2):  # failure detection runs once per heartbeat interval
+        step([("l0", REJOINING, 0), ("a0", FOLLOWER, 7), ("b0", FOLLOWER, 9)])
+    assert member.map.epoch == 1 and member.map.leaders == ["b0"]  # at once, the most advanced
+    # The new leader restarts too, just after: its earlier heartbeat was recent and said it
+    # was the most advanced, but it no longer holds; a0 takes over, never a rejoining one.
+    step([("l0", REJOINING, 0), ("a0", FOLLOWER, 7), ("b0", REJOINING, 0)])
+    step([("l0", REJOINING, 0), ("a0", FOLLOWER, 7), ("b0", REJOINING, 0)])
+    assert member.map.epoch == 2 and member.map.leaders == ["a0"]
+    assert "l0" in pushed and "b0" in pushed  # a rejoining replica is sent the map
 
 
 def test_a_participant_entering_an_epoch_aborts_what_still_holds_locks() -> None:
