@@ -27,7 +27,8 @@ every follower involved can serve consistently; that is not built yet (docs/desi
 Rejoining (docs/recovery.md). A replica restarted with its memory gone is built with
 ``rejoining=True``. It heartbeats to the configuration manager as REJOINING (neither a live
 leader nor a candidate) and waits for a map that names another replica its shard's leader;
-then it copies a live follower's state (``store.core.transfer``) piece by piece, asking the
+then it copies the state of a live follower (or of the leader) (``store.core.transfer``)
+piece by piece, asking the
 next source after ``transfer_retry_ns`` without progress. Until the copy is installed it
 answers no stream message and no snapshot read. From then on it is a follower like any
 other from the copied delivery point, except that its acceptor answers no older leader than
@@ -309,7 +310,7 @@ class ShardFollower:
             if (
                 cluster_map.leaders[self.shard] == self.address
                 and self.partitioner is not None
-                and self.voting  # else it cannot lead yet; the CM replaces it in time
+                and self.voting  # else it is promoted once it votes (_check_voting)
             ):
                 self._apply_fvws()
                 self._successor = self.promote(now_ns, cluster_map)
@@ -365,9 +366,9 @@ class ShardFollower:
     # ---- rejoining (see the module doc) --------------------------------------------------
 
     def _start_transfer(self, now_ns: int, source: int) -> None:
-        """Asks source number ``source`` (in the map's order) for a fresh copy of its state;
-        with none possible yet (the map names this replica leader, or no other follower),
-        looks again after ``transfer_retry_ns``."""
+        """Asks source number ``source`` (the map's followers, then its leader) for a fresh
+        copy of its state; while the map still names this replica leader, looks again after
+        ``transfer_retry_ns``."""
         self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
         cluster_map = self.map
         if cluster_map is None or cluster_map.leaders[self.shard] == self.address:
@@ -377,8 +378,6 @@ class ShardFollower:
         self._transfer_sources = [
             f for f in cluster_map.followers[self.shard] if f != self.address
         ] + [cluster_map.leaders[self.shard]]
-        if not self._transfer_sources:
-            return
         self._transfer_source = source % len(self._transfer_sources)
         self._transfer_id += 1
         self._transfer_data = bytearray()
