@@ -40,8 +40,9 @@ The rules, in one place:
   configuration manager's members for the cluster map (``refresh_config``) and, if a member
   answered, runs the transaction again under a new id, up to ``unavailable_retries_max``
   times. A transaction whose leader died after it was sent stays ``OutcomeUnknown``, and
-  so does one sent before that later meets ``Unavailable``: the answering process may be
-  the leader restarted with its memory gone, and the earlier request may have run.
+  so does one sent before that later meets a non-leader's ``Unavailable`` (one that does not
+  name the id): the answering process may be the leader restarted with its memory gone, and
+  the earlier request may have run.
 """
 
 from __future__ import annotations
@@ -373,9 +374,11 @@ class ClientProtocol:
                 raise self._unknown(pending, f"undecodable answer: {exc}") from None
             if not isinstance(outcome, Outcome) or outcome.seq not in (original.seq, 0):
                 raise self._unknown(pending, "unexpected answer")
-            if outcome.status == Status.UNAVAILABLE and sent_before:
-                # "Not run" speaks for this request only: an earlier one may have run, at a
-                # process that has since restarted and forgotten it.
+            if outcome.status == Status.UNAVAILABLE and outcome.seq == 0 and sent_before:
+                # A process that is no leader answered without looking at the id: "not run"
+                # speaks for this request only. An earlier one may have run, at the leader
+                # this process was before it restarted and forgot it. (A coordinator's own
+                # Unavailable names the id and knows it did not run.)
                 raise self._unknown(pending, f"{address} answered: {outcome.detail}")
             return outcome
 

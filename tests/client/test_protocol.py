@@ -269,6 +269,19 @@ def test_not_a_leader_after_an_earlier_send_is_unknown_not_unavailable() -> None
     assert len({s.seq for s in driver.submits()}) == 1  # one id: never run again
 
 
+def test_a_coordinators_unavailable_after_a_resend_is_still_unavailable() -> None:
+    """A coordinator that gave up an undecided transaction answers Unavailable under the
+    transaction's own id: it knows it did not run, whatever was sent before."""
+    driver = Driver(answers(RequestTimeout("lost"), RequestTimeout("lost")))
+    seq = driver.protocol.new_pending(0, "p", []).submit.seq + 1  # the id run() will draw
+    driver.answer = answers(
+        RequestTimeout("lost"), outcome(Status.UNAVAILABLE, seq=seq, detail="gave up"),
+    )
+    driver.protocol.cm_members = []
+    with pytest.raises(Unavailable):
+        driver.run(driver.protocol.run(0, "p", [], False, False))
+
+
 def test_not_a_leader_on_the_first_send_is_unavailable() -> None:
     driver = Driver(answers(outcome(Status.UNAVAILABLE, detail="not a shard leader (yet)")))
     driver.protocol.cm_members = []  # no map to refresh: the error reaches the caller
