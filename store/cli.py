@@ -9,6 +9,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from store.core.settings import BREAKABLE_STEPS
+
 
 def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from store.sim.run import SimOptions
@@ -135,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--break", dest="break_step",
-        choices=["validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote"],
+        choices=list(BREAKABLE_STEPS),
         help="switch one safety step off in the servers, to show the checkers catch it",
     )
     sim.add_argument(
@@ -157,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--rejoin", action="store_true",
         help="a restarted replica: copy its state from a live one and rejoin as a follower",
+    )
+    serve.add_argument(
+        "--break", dest="break_step", choices=list(BREAKABLE_STEPS),
+        help="TESTING ONLY: switch one safety step off, to show a checker catches it",
     )
     serve.set_defaults(run=cmd_serve)
 
@@ -207,7 +213,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     elif args.shard is None or not 0 <= args.shard < len(config.shards):
         raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
     try:
-        serve(config, args.shard, args.role, args.region, rejoin=args.rejoin)
+        breaks = frozenset({args.break_step}) if args.break_step else frozenset()
+        serve(config, args.shard, args.role, args.region, rejoin=args.rejoin, breaks=breaks)
     except ConfigError as exc:
         raise SystemExit(f"meridian: {exc}") from None
     return 0

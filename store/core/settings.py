@@ -68,3 +68,10 @@ class Settings:
 
 
 DEFAULT_SETTINGS = Settings()
+
+# Safety steps --break switches off: certification's, and recovery's (docs/recovery.md):
+# "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
+# ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1,
+# "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up.
+BREAKABLE_STEPS = ("validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote")
+

@@ -108,6 +108,7 @@ class ShardServer:
         node: ReplicaNode | None = None,
         on_fatal: Callable[[BaseException], None] = _fatal,
         rejoin: bool = False,
+        breaks: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
         self.shard = shard
@@ -129,6 +130,7 @@ class ShardServer:
                 shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
                 cm_members=cm_members, settings=config.settings,
                 partitioner=config.partitioner(), procedures=self.procedures, rejoining=True,
+                breaks=breaks,
             )
         elif self.node.role == "leader":
             replica = ShardLeader(
@@ -141,12 +143,13 @@ class ShardServer:
                 followers=[f"{host}:{port}" for _, (host, port) in config.shards[shard].followers],
                 stream_settings=stream_settings,
                 cm_members=cm_members,
+                breaks=breaks,
             )
         else:
             replica = ShardFollower(
                 shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
                 cm_members=cm_members, settings=config.settings,
-                partitioner=config.partitioner(), procedures=self.procedures,
+                partitioner=config.partitioner(), procedures=self.procedures, breaks=breaks,
             )
         nexus = Nexus()
         host, port = self.node.rpc
@@ -314,9 +317,11 @@ class PauseMonitor:
         self.loop.call_later(0.05, self._tick)
 
 
-async def _serve(config: ClusterConfig, node: ReplicaNode, rejoin: bool) -> None:
+async def _serve(
+    config: ClusterConfig, node: ReplicaNode, rejoin: bool, breaks: frozenset[str]
+) -> None:
     loop = asyncio.get_running_loop()
-    server = ShardServer(config, node.shard, loop, node, rejoin=rejoin)
+    server = ShardServer(config, node.shard, loop, node, rejoin=rejoin, breaks=breaks)
     await server.start()
     PauseMonitor(loop, server.counters)
     stop = asyncio.Event()
@@ -348,7 +353,10 @@ def log_name(node: ReplicaNode) -> str:
 def serve(
     config: ClusterConfig, shard: int, role: str = "leader", region: str | None = None,
     rejoin: bool = False,
+    breaks: frozenset[str] = frozenset(),
 ) -> None:
+    """Runs one server process until SIGTERM/SIGINT. ``breaks`` switches safety steps off
+    (the simulator's ``--break`` mutants), only to show that a checker catches them."""
     from store.node import logs
 
     node = config.node(role, shard, region)
@@ -359,6 +367,9 @@ def serve(
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        loop.run_until_complete(_serve(config, node, rejoin))
+        if breaks:
+            log.warning("safety steps switched off", extra={"fields": {"breaks": sorted(breaks)}})
+            print(f"WARNING: built with broken safety steps {sorted(breaks)} (testing only)", flush=True)
+        loop.run_until_complete(_serve(config, node, rejoin, breaks))
     finally:
         loop.close()

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,21 @@ class ProcessCluster:
     """The processes of one cluster file on this machine."""
 
     def __init__(
-        self, config: ClusterConfig, python: str = sys.executable, restart: bool = True
+        self,
+        config: ClusterConfig,
+        python: str = sys.executable,
+        restart: bool = True,
+        on_host: Callable[[str, list[str]], list[str]] | None = None,
+        server_args: Sequence[str] = (),
     ) -> None:
+        """``on_host(region, argv)`` gives the command that runs ``argv`` on the region's host
+        (the Jepsen harness runs each region in a network namespace); ``server_args`` are
+        added to every shard replica's ``serve`` command (the harness's ``--break``)."""
         self.config = config
         self.python = python
         self.restart = restart
+        self.on_host = on_host
+        self.server_args = list(server_args)
         self.children: list[subprocess.Popen[bytes]] = []
         self.names: list[str] = []
         self.commands: list[list[str]] = []
@@ -68,8 +79,12 @@ class ProcessCluster:
                     self.python, "-m", "store.cli", "serve", "--config", str(self.config.path),
                     "--role", "cm", "--region", node.region,
                 ]
-            elif node.role == "follower":
-                command += ["--region", node.region]
+            else:
+                if node.role == "follower":
+                    command += ["--region", node.region]
+                command += self.server_args
+            if self.on_host is not None:
+                command = self.on_host(node.region, command)
             self._spawn(log_name(node), command, env)
         if self.config.wan is not None:
             wan = self.config.wan
@@ -135,7 +150,7 @@ class ProcessCluster:
 
         lines = []
         now = time.monotonic()
-        for index, (name, child) in enumerate(zip(self.names, self.children, strict=True)):
+        for name, child in zip(self.names, self.children, strict=True):
             code = child.poll()
             if code is None:
                 continue
@@ -155,15 +170,23 @@ class ProcessCluster:
             due = self._restart_at.get(name)
             if due is not None and now >= due:
                 del self._restart_at[name]
-                command = self.commands[index]
-                if name.startswith("shard-"):
-                    command = [*command, "--rejoin"]
-                self._spawn(name, command, self._env)
-                self.reported.discard(name)
-                self.restarts[name] = self.restarts.get(name, 0) + 1
-                what = "rejoins its shard as a follower" if name.startswith("shard-") else "is back"
-                lines.append(f"{name} restarted (pid {self.pid_of(name)}); it {what}")
+                lines.append(self.respawn(name))
         return lines
+
+    def respawn(self, name: str) -> str:
+        """Starts the dead child ``name`` again — a shard replica with ``--rejoin`` — and
+        says so in a line."""
+        index = self.names.index(name)
+        assert self.children[index].poll() is not None, f"{name} is still running"
+        command = self.commands[index]
+        if name.startswith("shard-"):
+            command = [*command, "--rejoin"]
+        self._spawn(name, command, self._env)
+        self.reported.discard(name)
+        self._restart_at.pop(name, None)
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        what = "rejoins its shard as a follower" if name.startswith("shard-") else "is back"
+        return f"{name} restarted (pid {self.pid_of(name)}); it {what}"
 
     def _tail(self, name: str, chars: int = 2000) -> str:
         log = self.config.run_dir / f"{name}.out"

@@ -29,7 +29,7 @@ from jepsen.history import write_history
 from store.client.protocol import ClientSettings, TxnResult
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
-from store.core.settings import DEFAULT_SETTINGS
+from store.core.settings import BREAKABLE_STEPS, DEFAULT_SETTINGS
 from store.core.txn import Procedures
 from store.sim.client import History, SdkProcess, SnapshotReads, WorkloadClient
 from store.sim.cluster import REGIONS, SimCluster
@@ -38,11 +38,6 @@ from store.sim.network import MS, US, Faults, Network
 from store.sim.oracles import DurabilityOracle, Recorder, divergence
 from store.sim.workloads import Bank, ListAppend, register_bank
 
-# Safety steps --break switches off: certification's, and recovery's (docs/recovery.md):
-# "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
-# ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1,
-# "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up.
-BREAKABLE_STEPS = ("validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote")
 # How often the settle phase looks whether the cluster has gone quiet.
 SETTLE_CHECK_NS = 50 * MS
 
