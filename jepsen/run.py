@@ -92,8 +92,9 @@ class Options:
         return name + (f"-break-{self.break_step}" if self.break_step else "")
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGINT while a test ran."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT while a test ran (a KeyboardInterrupt, so that no event loop
+    swallows it on its way out)."""
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -409,6 +410,7 @@ def _check_and_write(
 
     ops = outcome.ops
     write_history(directory / "history.edn", ops)
+    faults = report.faults_from_history(ops)
     checkers = checks.check(options.workload, ops, total=BANK_TOTAL)
     checkers["recovery"] = {
         "valid?": all(s is not None for s in outcome.recovered_s.values()),
@@ -438,13 +440,12 @@ def _check_and_write(
         "anomalies": anomalies,
         "checkers": checkers,
         "nemesis": {
-            "planned": [p.edn() for p in schedule],
             **outcome.nemesis,
-            "faults": outcome.nemesis["schedule"],
+            "faults": [fault.as_map() for fault in faults],
+            "planned": [p.edn() for p in schedule],
         },
         "dir": str(directory),
     }
-    faults = report.faults_from_history(ops)
     report.write_results(directory / "results.edn", results)
     title = f"{options.test_name()} (seed {options.seed})"
     report.plot_latency(ops, faults, directory / "latency-raw.png", title)

@@ -59,6 +59,7 @@ from store.core.txn import OPS_PROCEDURE, check_ops
 from store.core.vclock import VectorClock
 from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionClosed
 from store.rpc.aio import Rpc, new_event_loop
+from store.rpc.udp import source_address_toward
 
 __all__ = ["BlockingClient", "Client", "ClientSettings", "PendingTxn", "SnapshotResult",
            "TxnBuilder", "TxnResult"]
@@ -106,7 +107,9 @@ class Client:
         self.partitioner = partitioner
         self.settings = settings
         self.client_id = client_id or uuid.uuid4().hex[:16]
-        self._rpc = Rpc.udp(Nexus(), "127.0.0.1", 0, settings=rpc_settings)
+        # Bound to the address that reaches the cluster (127.0.0.1 on loopback).
+        local = source_address_toward(addresses[0][0]) if addresses else "127.0.0.1"
+        self._rpc = Rpc.udp(Nexus(), local, 0, settings=rpc_settings)
         self._sessions: dict[Any, Session] = {}
         self._in_flight = asyncio.Semaphore(settings.in_flight_max)
         self.protocol = ClientProtocol(

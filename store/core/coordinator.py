@@ -109,6 +109,7 @@ class _Txn:
         "deps",
         "durable",
         "epoch",
+        "executed_at",
         "full_vc",
         "phase",
         "read_count",
@@ -157,6 +158,7 @@ class _Txn:
         self.vc = EMPTY
         self.certified = False
         self.result_value: Any = None
+        self.executed_at = 0  # when the procedure finished: its reads were all made
 
 
 class Coordinator:
@@ -211,6 +213,12 @@ class Coordinator:
         self._fvw: dict[int, dict[int, int]] = {}
         # Whether the replica can take more work now (its replication stream's backlog).
         self.admits: Callable[[], bool] = lambda: True
+        # Whether the replica's lease lets it tell a client COMMITTED for a transaction
+        # whose reads were made by the given time (docs/recovery.md "Stale reads"); answers
+        # it does not let out wait in _held until it does (or forever, on a deposed leader:
+        # the client's retry finds the shard's new leader).
+        self.may_acknowledge: Callable[[int], bool] = lambda executed_at_ns: True
+        self._held: list[tuple[_Txn, Any, str]] = []
 
     # ---- client side ---------------------------------------------------------------------
 
@@ -252,6 +260,10 @@ class Coordinator:
         self._drive(now_ns, txn, None)
 
     def _finish_client(self, txn: _Txn, status: Status, result: Any, detail: str) -> None:
+        if status == Status.COMMITTED and not self.may_acknowledge(txn.executed_at):
+            # Still counted in flight (_by_client): a retry of it waits like the original.
+            self._held.append((txn, result, detail))
+            return
         outcome = Outcome(txn.seq, status, result, txn.vc, detail)
         key = (txn.client_id, txn.seq)
         self._by_client.pop(key, None)
@@ -410,6 +422,7 @@ class Coordinator:
 
     def _executed(self, now_ns: int, txn: _Txn, result: Any) -> None:
         txn.result_value = result
+        txn.executed_at = now_ns
         shard_of = self.partitioner.shard_of
         for key, (value, deleted) in txn.tx.writes.items():
             txn.write_shards.setdefault(shard_of(key), []).append((key, value, deleted))
@@ -733,6 +746,16 @@ class Coordinator:
             self._send(shard, message)
 
     # ---- introspection -------------------------------------------------------------------
+
+    def holds_answers(self) -> bool:
+        return bool(self._held)
+
+    def release_held(self) -> None:
+        """Tells COMMITTED to the held transactions the lease now lets out."""
+        held, self._held = self._held, []
+        for txn, result, detail in held:
+            self._finish_client(txn, Status.COMMITTED, result, detail)
+            self._forget_if_done(txn)
 
     def knows(self, client_id: str, seq: int) -> bool:
         """Whether this coordinator has run (or is running) that transaction id."""

@@ -82,6 +82,12 @@ class ReadRequest(Message):
         self.scans = scans
 
 
+# A ReadReply with this req_no (a transaction's first batch is 1) serves nothing: the leader
+# could not serve the read now (it has no lease: docs/recovery.md "Stale reads"). The
+# coordinator ignores it as it ignores a late reply, and its retry asks again.
+READ_REFUSED = 0
+
+
 class ReadReply(Message):
     __slots__ = ("items", "req_no", "scans", "shard", "txn_id", "watermark")
 

@@ -40,6 +40,7 @@ from store.core.errors import Status
 from store.core.messages import (
     PEER_REPLIES,
     PEER_REQUESTS,
+    READ_REFUSED,
     AbortReply,
     AbortRequest,
     Gossip,
@@ -174,6 +175,8 @@ class ShardLeader:
         self._probed_moves = -1
         self._outbox: list[tuple[str, Message]] = []
         self.coordinator.admits = self.accepts_more
+        self.coordinator.may_acknowledge = self._may_acknowledge
+        self._replicated = bool(followers)
         self._now_ns = now_ns
         self.stream: StreamLeader | None = None
         self._stream_wake_at: int | None = None
@@ -205,6 +208,7 @@ class ShardLeader:
         self._break_fvw = "fvw" in breaks
         self._break_inf = "no-inf" in breaks
         self._break_takeover = "takeover" in breaks
+        self._break_lease = "lease" in breaks
         if takeover is not None:
             self._take_over(now_ns, list(followers), stream_settings, takeover)
         self._handlers: dict[type, Callable[[int, str, Message], None]] = {
@@ -227,6 +231,7 @@ class ShardLeader:
         }
         self._state_server = StateServer(shard, settings.transfer_piece_bytes)
         self.dropped_messages = 0
+        self.reads_refused = 0  # reads of other shards' transactions served without a lease
 
     # ---- entry points --------------------------------------------------------------------
 
@@ -245,6 +250,8 @@ class ShardLeader:
             handler(now_ns, src, message)
         self._pump_stream()
         self._refresh_watermark()
+        if self.coordinator.holds_answers():
+            self.coordinator.release_held()
         if self._probe is not None:
             self._report_watermark()
 
@@ -279,6 +286,8 @@ class ShardLeader:
             self._heartbeat_at = now_ns + self.settings.heartbeat_interval_ns
             self._heartbeat()
         self._refresh_watermark()
+        if self.coordinator.holds_answers():
+            self.coordinator.release_held()
         if self._probe is not None:
             self._report_watermark()
 
@@ -288,12 +297,47 @@ class ShardLeader:
         heartbeat_at = self._heartbeat_at if self.cm_members else None
         for deadline in (
             self.coordinator.next_deadline(), self._stream_wake_at, heartbeat_at,
-            self.participant.next_expiry(),
+            self.participant.next_expiry(), self._hold_ends_at(),
         ):
             if deadline is not None and deadline < wake_at:
                 wake_at = deadline
         successor, self._successor = self._successor, None
         return Ready(messages, wake_at, successor)
+
+    # ---- leases (docs/recovery.md "Stale reads") -------------------------------------------
+
+    def _lease_covers(self, read_at_ns: int) -> bool:
+        """Whether a read made at ``read_at_ns`` was made under this leader's lease: less
+        than ``leader_lease_ns`` after it proposed an entry a majority then accepted."""
+        if not self._replicated or self._break_lease:
+            return True
+        confirmed = self.stream.confirmed_sent_ns if self.stream is not None else None
+        return confirmed is not None and read_at_ns < confirmed + self.settings.leader_lease_ns
+
+    def _new_leader_hold_ns(self) -> int | None:
+        """Until when this leader, new in its ballot, tells no client COMMITTED: another
+        leader's lease may run until then."""
+        if not self._replicated or self._break_lease:
+            return None
+        since = self.stream.leading_since_ns if self.stream is not None else None
+        if since is None:
+            return None
+        return since + self.settings.leader_lease_ns * 11 // 10
+
+    def _may_acknowledge(self, executed_at_ns: int) -> bool:
+        if not self._replicated or self._break_lease:
+            return True
+        hold = self._new_leader_hold_ns()
+        if hold is None or self._now_ns < hold:
+            return False
+        return self._lease_covers(executed_at_ns)
+
+    def _hold_ends_at(self) -> int | None:
+        """A wake-up for held answers that only time releases."""
+        if not self.coordinator.holds_answers():
+            return None
+        hold = self._new_leader_hold_ns()
+        return hold if hold is not None and hold > self._now_ns else None
 
     def durable_watermark(self) -> int:
         """This shard's watermark (DESIGN.md §4): with replication, the stream's."""
@@ -551,6 +595,13 @@ class ShardLeader:
 
     def _on_read_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, ReadRequest)
+        if not self._lease_covers(now_ns):
+            # A leader without a lease may have been replaced: its data may be stale. The
+            # coordinator asks again, and gives up (aborts) if this goes on.
+            self.reads_refused += 1
+            refused = ReadReply(message.txn_id, READ_REFUSED, self.shard, [], [], 0)
+            self._outbox.append((src, refused))
+            return
         participant = self.participant
         self._outbox.append(
             (

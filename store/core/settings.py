@@ -47,6 +47,14 @@ class Settings:
     heartbeat_interval_ns: int = 100 * MS
     leader_timeout_ns: int = 1000 * MS
     cm_timeout_ns: int = 1000 * MS
+    # Leader leases (docs/recovery.md "Stale reads"): a replicated leader tells a client
+    # COMMITTED, or serves another shard's read, only for reads it made less than
+    # leader_lease_ns after proposing an entry a majority then accepted; a new leader tells
+    # no client COMMITTED until leader_lease_ns (and a tenth more, for clock rates) after
+    # its phase 1. So a deposed leader that does not know it yet serves no stale read to a
+    # client that already heard of a newer commit. The stream's heartbeats (every few ms)
+    # keep a healthy leader's lease fresh.
+    leader_lease_ns: int = 300 * MS
     # State transfer to a restarted replica (docs/recovery.md "Rejoining"): the size of one
     # piece, and how long a transfer may go without progress before the next source is asked.
     transfer_piece_bytes: int = 256 << 10
@@ -72,6 +80,9 @@ DEFAULT_SETTINGS = Settings()
 # Safety steps --break switches off: certification's, and recovery's (docs/recovery.md):
 # "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
 # ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1,
-# "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up.
-BREAKABLE_STEPS = ("validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote")
+# "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up, "lease"
+# lets a leader answer and serve reads without a lease (docs/recovery.md "Stale reads").
+BREAKABLE_STEPS = (
+    "validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote", "lease",
+)
 

@@ -199,6 +199,7 @@ class ProcessCluster:
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
+                child.send_signal(signal.SIGCONT)  # a paused child must run to stop
         deadline = time.monotonic() + grace_s
         for child in self.children:
             remaining = max(0.0, deadline - time.monotonic())

@@ -46,6 +46,20 @@ def decode_sockaddr(raw: bytes) -> tuple[str, int]:
     return socket.inet_ntop(socket.AF_INET6, raw[8:24]), port
 
 
+def source_address_toward(host: str) -> str:
+    """The local address this machine sends from toward ``host`` (asked of the kernel's
+    routing table: connecting a UDP socket sends nothing). A client binds there, so that its
+    datagrams leave with an address the servers can answer: 127.0.0.1 for a cluster on
+    loopback, the right interface's address for one on a network."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, 9))
+        except OSError:  # no route now: loopback, and the first send says what is wrong
+            return "::1" if family == socket.AF_INET6 else "127.0.0.1"
+        return str(probe.getsockname()[0])
+
+
 class UdpTransport(Transport):
     """A non-blocking UDP socket bound to (host, port); port 0 picks a free one."""
 

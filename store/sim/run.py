@@ -38,6 +38,7 @@ from store.sim.network import MS, US, Faults, Network
 from store.sim.oracles import DurabilityOracle, Recorder, divergence
 from store.sim.workloads import Bank, ListAppend, register_bank
 
+CLIENT_PREFIX = "client/"
 # How often the settle phase looks whether the cluster has gone quiet.
 SETTLE_CHECK_NS = 50 * MS
 
@@ -164,7 +165,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     clients = [
         WorkloadClient(
             SdkProcess(
-                sim, network, f"client/{i}", regions[0], cluster.leader_addresses, partitioner,
+                sim, network, f"{CLIENT_PREFIX}{i}", regions[0], cluster.leader_addresses, partitioner,
                 ClientSettings(), cluster.rpc_settings, cm_members=cluster.cm_members,
             ),
             history, i, options.clients, workload, stop_at, committed, snapshots,
@@ -335,8 +336,21 @@ class PartitionNemesis:
             return
         if self.by_region and sim.rng.random() < 0.5:
             region = sim.rng.choice(self.cluster.regions)
+            # Half of them cut servers only: the clients still reach both sides (as in
+            # Jepsen), so a client that heard of a new leader's commit may then ask a
+            # deposed leader that does not know it yet (its lease must stop it). Half of
+            # those cut the leaders' region for longer than the leader timeout: the shards
+            # fail over while their old leaders still serve clients.
+            servers_only = sim.rng.random() < 0.5
+            lasts = None
+            if servers_only and sim.rng.random() < 0.5:
+                leaders = [x for x in self.cluster.current_leaders() if x is not None]
+                if leaders:
+                    region = network.region_of(sim.rng.choice(leaders).address)
+                    timeout = self.cluster.settings.leader_timeout_ns
+                    lasts = timeout + sim.rng.randrange(200 * MS, 800 * MS)
             inside = [a for a in network.addresses() if network.region_of(a) == region]
-            self._cut(inside, one_way=False)
+            self._cut(inside, one_way=False, servers_only=servers_only, lasts=lasts)
         else:
             self._strike_leader(0)
 
@@ -356,15 +370,23 @@ class PartitionNemesis:
         chosen = self.sim.rng.choice(targets or live)
         self._cut([chosen], one_way=self.sim.rng.random() < 0.5)
 
-    def _cut(self, inside: list[str], one_way: bool) -> None:
+    def _cut(
+        self, inside: list[str], one_way: bool, servers_only: bool = False,
+        lasts: int | None = None,
+    ) -> None:
         sim, network = self.sim, self.network
         outside = [a for a in network.addresses() if a not in inside]
+        if servers_only:
+            inside = [a for a in inside if not a.startswith(CLIENT_PREFIX)]
+            outside = [a for a in outside if not a.startswith(CLIENT_PREFIX)]
         if one_way:
             network.block(outside, inside)
         else:
             network.partition(inside, outside)
         self.strikes += 1
-        if sim.rng.random() < 0.25:
+        if lasts is not None:
+            pass
+        elif sim.rng.random() < 0.25:
             self.long_strikes += 1
             lasts = sim.rng.randrange(self.long_ns + 200 * MS, 2 * self.long_ns)
         else:

@@ -155,8 +155,16 @@ class StreamLeader:
         self.heartbeats_proposed = 0
         self.noops_proposed = 0
         self.retransmissions = 0
+        # Leases (docs/recovery.md "Stale reads"): when this leader started leading (phase 1
+        # done), and the latest time it proposed an entry that a majority accepted at its
+        # ballot. An acceptor that accepted an Accept sent at t had promised no higher
+        # ballot when it did, so no other leader finished phase 1 before t.
+        self.leading_since_ns: int | None = None
+        self.confirmed_sent_ns: int | None = None
+        self._proposed_at: dict[int, int] = {}
         if skip_phase1:
             self.phase = Phase.LEADING
+            self.leading_since_ns = now_ns
         else:
             self._start_phase1(now_ns)
 
@@ -337,6 +345,7 @@ class StreamLeader:
         if self.phase is not Phase.PREPARING or len(self._promised) < self.quorum:
             return
         self.phase = Phase.LEADING
+        self.leading_since_ns = now_ns
         end = max(self._found, default=self.first_slot - 1) + 1
         # Re-proposals and no-ops go to the head of the queue in slot order; the queue
         # hands out slots in order from first_slot, so each lands in its own slot.
@@ -398,6 +407,7 @@ class StreamLeader:
         self._log[slot] = entry
         self._accepted_by[slot] = set()
         self._sent_at[slot] = now_ns
+        self._proposed_at[slot] = now_ns
         self._last_proposed_at = now_ns
         self.entries_proposed += 1
         accept = Accept(self.stream, self.ballot, slot, entry, self.chosen_through)
@@ -417,6 +427,9 @@ class StreamLeader:
             return  # already chosen, or never proposed at this ballot
         voters.add(src)
         if len(voters) >= self.quorum:
+            proposed_at = self._proposed_at[message.slot]
+            if self.confirmed_sent_ns is None or proposed_at > self.confirmed_sent_ns:
+                self.confirmed_sent_ns = proposed_at
             self._majority.add(message.slot)
             self._advance(now_ns)
 
@@ -427,6 +440,7 @@ class StreamLeader:
             self._majority.discard(slot)
             del self._accepted_by[slot]
             del self._sent_at[slot]
+            del self._proposed_at[slot]
             self._chosen_out.append((slot, self._log[slot]))
             self.chosen_through += 1
             moved = True
