@@ -419,7 +419,7 @@ async def _check(
     return consistency.check(rows, scale)
 
 
-async def _check_replicas(
+async def check_replicas(
     session: Session, warehouses: Sequence[int], scale: Scale, when: str
 ) -> tuple[dict[str, consistency.Report], dict[str, Any] | None]:
     """The twelve conditions on every replica set, the followers once they have caught up;
@@ -484,7 +484,7 @@ async def benchmark(
         del rows_by_shard
         load_s = time.monotonic() - started
         _log(f"tpcc: loaded {len(warehouses)} warehouses ({scale}) in {load_s:.1f} s")
-        load_replicas, load_catch_up = await _check_replicas(
+        load_replicas, load_catch_up = await check_replicas(
             session, warehouses, scale, "after the load"
         )
 
@@ -499,7 +499,7 @@ async def benchmark(
             killer = asyncio.create_task(_kill_leader(session, args.kill_leader_at))
         stats = await driver.run()
         killed = await killer if killer is not None else None
-        run_replicas, run_catch_up = await _check_replicas(
+        run_replicas, run_catch_up = await check_replicas(
             session, warehouses, scale, "after the run"
         )
         replica_names = session.replica_names()

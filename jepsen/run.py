@@ -105,11 +105,16 @@ def cluster_file(directory: Path, hosts: Hosts, options: Options) -> Path:
     """The test's cluster: see the module doc. Addresses are the hosts' (one per region)."""
     address = {region: hosts.address(region) for region in REGIONS}
     repo = Path(__file__).resolve().parent.parent
+    # TPC-C places warehouse w on shard w mod S by its keys' prefix (bench/tpcc.py).
+    procedures, partitioner = (
+        ("bench.tpcc.procedures:register", "prefix") if options.workload == "tpcc"
+        else ("store.sim.workloads:register_bank", "hash")
+    )
     lines = [
         "# Written by python -m jepsen run: one region per host (network namespace).",
         "[cluster]", f'name = "{options.test_name()}"', f'run_dir = "{directory / "logs"}"',
-        f'python_path = ["{repo}"]', 'procedures = ["store.sim.workloads:register_bank"]',
-        'partitioner = "hash"',
+        f'python_path = ["{repo}"]', f'procedures = ["{procedures}"]',
+        f'partitioner = "{partitioner}"',
         "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 15",
         f"leader_timeout_ns = {options.leader_timeout_ms * 1_000_000}",
         "[client]", f"timeout_s = {options.client_timeout_s}",
@@ -206,6 +211,7 @@ class Outcome:
     recovered_s: dict[int, float | None]
     supervisor: list[str]
     started_at: float
+    checked: dict[str, Any] = field(default_factory=dict)  # checkers run before the end
 
 
 async def _drive(
@@ -222,14 +228,18 @@ async def _drive(
     from store.core.txn import OPS_PROCEDURE
     from store.sim.workloads import Bank, ListAppend
 
-    workload: Any
+    workload: Any = None
+    tpcc: TpccRun | None = None
     if options.workload == "list-append":
         workload = ListAppend(random.Random(rng.random()), active_keys=10)
-    else:
+    elif options.workload == "bank":
         workload = Bank(random.Random(rng.random()), accounts=BANK_ACCOUNTS, total=BANK_TOTAL)
         async with await Client.connect(config) as client:
             for key, balance in workload.initial_data().items():
                 await client.put(key, balance)
+    else:
+        tpcc = TpccRun(config, options)
+        await tpcc.load(log)
 
     history: list[Op] = []
     counts = {"ok": 0, "fail": 0, "info": 0}
@@ -317,17 +327,133 @@ async def _drive(
             await asyncio.sleep(0.5)
             supervisor.extend(cluster.supervise())
 
-    tasks = [asyncio.create_task(client_loop(i)) for i in range(options.concurrency)]
+    if tpcc is not None:
+        tasks = [asyncio.create_task(tpcc.drive(record, counts, errors))]
+    else:
+        tasks = [asyncio.create_task(client_loop(i)) for i in range(options.concurrency)]
     nemesis_task = asyncio.create_task(nemesis_loop())
     supervise_task = asyncio.create_task(supervise_loop())
     await asyncio.gather(*tasks, supervise_task)
     nemesis_report = await nemesis_task
     log(f"jepsen: load over ({counts}); waiting for every shard to commit again")
     recovered_s = await _wait_recovered(config, options.shards)
-    await _final_reads(config, workload, record, options)
+    checked: dict[str, Any] = {}
+    if tpcc is not None:
+        checked = await tpcc.check_and_close(log)
+    else:
+        await _final_reads(config, workload, record, options)
     return Outcome(
-        history, counts, errors, nemesis_report, recovered_s, supervisor, started / 1e9
+        history, counts, errors, nemesis_report, recovered_s, supervisor, started / 1e9, checked
     )
+
+
+def _tpcc_script() -> Any:
+    """bench/tpcc.py, the TPC-C command (its name is also its package's, bench/tpcc/, so it
+    is loaded by path): its cluster session and replica checks."""
+    import importlib.util
+
+    name = "meridian_bench_tpcc"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parent.parent / "bench" / "tpcc.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TpccRun:
+    """``--workload tpcc``: bench/tpcc.py's load, terminals and twelve consistency
+    conditions, checked on every replica set after the load and after the run. Each
+    terminal transaction enters the history (``f`` its type, ``value`` its home warehouse)."""
+
+    WAREHOUSES_PER_SHARD = 1
+
+    def __init__(self, config: Any, options: Options) -> None:
+        from bench.tpcc.schema import Scale
+
+        self.config = config
+        self.options = options
+        self.warehouses = list(range(1, len(config.shards) * self.WAREHOUSES_PER_SHARD + 1))
+        self.scale = Scale.shrunk(10.0)
+        self.session: Any = None
+        self.after_load: dict[str, Any] = {}
+
+    async def load(self, log: Callable[[str], None]) -> None:
+        from bench.tpcc import loader
+
+        tpcc_bench = _tpcc_script()
+
+        self.session = await tpcc_bench.connect_cluster(self.config, self.options.concurrency)
+        rows = loader.initial_rows(
+            self.warehouses, len(self.config.shards), self.scale, seed=self.options.seed,
+            progress=False,
+        )
+        await self.session.load(rows, False)
+        log(f"jepsen: loaded {len(self.warehouses)} TPC-C warehouses ({self.scale})")
+        self.after_load, _ = await tpcc_bench.check_replicas(
+            self.session, self.warehouses, self.scale, "after the load"
+        )
+
+    async def drive(
+        self, record: Callable[..., None], counts: dict[str, int], errors: dict[str, int]
+    ) -> None:
+        from bench.tpcc.driver import Driver, DriverConfig
+        from store.core.errors import MeridianError, OutcomeUnknown
+
+        target = self.session.target
+        processes = iter(range(1 << 30))
+
+        class Recording:
+            async def run_detailed(self, name: str, *args: Any, shard: int = 0) -> Any:
+                process = next(processes)
+                record("invoke", name, args[0] if args else None, process)
+                try:
+                    done = await target.run_detailed(name, *args, shard=shard)
+                except OutcomeUnknown:
+                    counts["info"] += 1
+                    errors["OutcomeUnknown"] = errors.get("OutcomeUnknown", 0) + 1
+                    record("info", name, args[0] if args else None, process, error="outcome-unknown")
+                    raise
+                except MeridianError as exc:
+                    counts["fail"] += 1
+                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    record("fail", name, args[0] if args else None, process, error=_kebab(type(exc).__name__))
+                    raise
+                counts["ok"] += 1
+                record("ok", name, args[0] if args else None, process)
+                return done
+
+        config = DriverConfig(
+            self.warehouses, len(self.config.shards), self.scale, self.options.concurrency,
+            seed=self.options.seed, duration_s=self.options.time_limit_s, run_id="jepsen",
+        )
+        await Driver(Recording(), config).run()
+
+    async def check_and_close(self, log: Callable[[str], None]) -> dict[str, Any]:
+        tpcc_bench = _tpcc_script()
+        try:
+            after_run, catch_up = await tpcc_bench.check_replicas(
+                self.session, self.warehouses, self.scale, "after the run"
+            )
+        finally:
+            await self.session.close()
+        replicas: dict[str, dict[str, Any]] = {}
+        for when, reports in (("after-load", self.after_load), ("after-run", after_run)):
+            for name, report in reports.items():
+                entry = replicas.setdefault(name, {})
+                entry[when] = {str(n): holds for n, holds in sorted(report.conditions.items())}
+                if report.failures:
+                    entry[f"{when}-failures"] = {
+                        str(n): texts[:3] for n, texts in report.failures.items()
+                    }
+        valid = all(
+            all(report.conditions.values()) and len(report.conditions) == 12
+            for reports in (self.after_load, after_run) for report in reports.values()
+        )
+        return {"tpcc": {"valid?": valid, "replica-sets": replicas, "catch-up": catch_up}}
 
 
 def _kebab(name: str) -> str:
@@ -411,7 +537,10 @@ def _check_and_write(
     ops = outcome.ops
     write_history(directory / "history.edn", ops)
     faults = report.faults_from_history(ops)
-    checkers = checks.check(options.workload, ops, total=BANK_TOTAL)
+    if options.workload == "tpcc":
+        checkers = dict(outcome.checked)
+    else:
+        checkers = checks.check(options.workload, ops, total=BANK_TOTAL)
     checkers["recovery"] = {
         "valid?": all(s is not None for s in outcome.recovered_s.values()),
         "seconds-to-commit-again": {str(k): v for k, v in outcome.recovered_s.items()},

@@ -177,6 +177,8 @@ class ShardLeader:
         self.coordinator.admits = self.accepts_more
         self.coordinator.may_acknowledge = self._may_acknowledge
         self._replicated = bool(followers)
+        # A shard's first leader (no takeover) follows nobody's lease: no hold.
+        self._follows_a_leader = takeover is not None
         self._now_ns = now_ns
         self.stream: StreamLeader | None = None
         self._stream_wake_at: int | None = None
@@ -320,8 +322,8 @@ class ShardLeader:
         if not self._replicated or self._break_lease:
             return None
         since = self.stream.leading_since_ns if self.stream is not None else None
-        if since is None:
-            return None
+        if since is None or not self._follows_a_leader:
+            return since
         return since + self.settings.leader_lease_ns * 11 // 10
 
     def _may_acknowledge(self, executed_at_ns: int) -> bool:

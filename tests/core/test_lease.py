@@ -89,10 +89,20 @@ class Shard:
 
 def test_a_new_leader_tells_no_client_committed_before_the_lease_it_may_follow_has_run_out() -> None:
     shard = Shard()
+    # As a leader that took over from another (a shard's first leader follows no lease;
+    # building a whole takeover here would test the takeover, not the hold).
+    shard.leader._follows_a_leader = True
     seq = shard.read()
     shard.run_for(LEASE // 2)
     assert not shard.committed(seq)
     shard.run_for(LEASE)
+    assert shard.committed(seq)
+
+
+def test_a_shards_first_leader_answers_as_soon_as_it_leads() -> None:
+    shard = Shard()
+    seq = shard.read()
+    shard.run_for(20 * MS)
     assert shard.committed(seq)
 
 
