@@ -42,8 +42,10 @@ from store.rpc.settings import RpcSettings
 # its window). eRPC's 8 outstanding requests per session is too few here: a client waiting
 # for a commit holds a request for a wide-area round trip, and with 8 slots those waits
 # would queue every new transaction behind them.
+# sessions_max: a server's session table holds one session per client (every SDK Client is
+# one) and per peer; sessions of processes that went away stay until they time out.
 MERIDIAN_RPC_SETTINGS = RpcSettings(
-    session_credits=64, session_req_window=64, server_credits_max=256 * 64
+    session_credits=64, session_req_window=64, server_credits_max=256 * 64, sessions_max=2048
 )
 
 

@@ -293,7 +293,15 @@ class ReplicaHost:
     def _send_peer(self, address: str, message: Message) -> None:
         session = self._peer_sessions.get(address)
         if session is None or session.error is not None:
-            session = self.rpc.create_session(self._peer_address(address))
+            try:
+                session = self.rpc.create_session(self._peer_address(address))
+            except RpcError as exc:
+                # The session table is full (clients and peers that went away and have not
+                # timed out yet): this message is lost like any other, and every peer
+                # request is retransmitted by its own timer.
+                self.counters["peer_send_failures"] += 1
+                log.warning("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})
+                return
             self._peer_sessions[address] = session
 
         def on_reply(payload: bytes | None, error: RpcError | None) -> None:
