@@ -41,6 +41,20 @@ def _run_chunk(seeds: list[int], options, out_dir: str | None):  # type: ignore[
     return [run_seed(seed, options, Path(out_dir) if out_dir else None) for seed in seeds]
 
 
+def _exit_with_parent(parent: int) -> None:
+    """In a sim worker: ends the worker when the ``meridian sim`` that started it is gone
+    (killed), instead of running the rest of its seeds for nobody."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from store.sim.run import dumps, summarize
 
@@ -58,7 +72,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         # scanning) everything the parent process holds, which made a test suite's run
         # of this command ten times slower.
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        with ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),)
+        ) as pool:
             parts = list(pool.map(_run_chunk, chunks, [options] * jobs, [out_dir] * jobs))
         results = sorted((r for part in parts for r in part), key=lambda r: r.seed)
     summary = summarize(results, options)
