@@ -28,6 +28,9 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   deposes the leader: it proposes nothing more and says so in ``deposed_by``. What it had
   not seen chosen is for recovery to settle (DESIGN.md §5); the stream's next leader will
   find whatever a majority accepted.
+* **Lease evidence.** ``leading_since_ns`` (when phase 1 ended) and ``confirmed_sent_ns``
+  (the latest proposal time of an entry a majority accepted at this ballot): the replica's
+  leader lease is built on them (docs/recovery.md, rule 8).
 * **INF.** ``append_inf`` closes the open batch and queues an INF marker: the end of an
   epoch on this stream (DESIGN.md §5 step 3). Appends after it belong to the next epoch.
 
