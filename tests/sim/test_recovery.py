@@ -71,7 +71,8 @@ def test_each_recovery_step_broken_is_caught(step: str, caught_by: set[str]) -> 
 
 
 def test_a_restarted_replica_that_votes_before_it_has_caught_up_loses_a_commit() -> None:
-    """Seed 142 (found by a 200-seed run with --break rejoin-vote): a leader crashes after
+    """Seed 34 (found by a 150-seed run with --break rejoin-vote; seed 142 until the
+    partition nemesis changed on 2026-12-01): a leader crashes after
     slots were chosen with one follower's vote only; it restarts and copies the state of a
     replica that had not learned them. Had it answered the next leader's phase 1 at once,
     that leader could form a majority without the one replica holding them and lose
@@ -81,9 +82,9 @@ def test_a_restarted_replica_that_votes_before_it_has_caught_up_loses_a_commit()
         loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
         scan_fraction=0.15, snapshot_fraction=0.1,
     )
-    summary = run_many([142], options)
+    summary = run_many([34], options)
     assert summary["restarts"] >= 1 and summary["anomalies"] == 0, summary.get("first_failure")
-    broken = run_many([142], SimOptions(**{**options.__dict__, "break_step": "rejoin-vote"}))
+    broken = run_many([34], SimOptions(**{**options.__dict__, "break_step": "rejoin-vote"}))
     assert "lost-committed" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
 
 
