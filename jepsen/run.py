@@ -83,7 +83,6 @@ class Options:
     runs_dir: Path = Path("runs/jepsen")
     netns: bool = True
     name: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def test_name(self) -> str:
         if self.name:
