@@ -16,6 +16,12 @@ leader kills are what this store's recovery is for):
   this is also the "majorities ring"); healed at the end. Clients keep reaching every
   region, as in Jepsen, where partitions are between the database's nodes.
 
+Kills and pauses take at most a minority of each shard: a replica is a target only while
+the other replicas of its shard vote (a restarted replica votes once it has copied a live
+replica's state and caught up; ``meridian status`` shows ``voting``). Taking a second
+replica of a shard before the first is back would leave the shard without a majority, which
+no protocol survives (and which the issue's faults do not ask for).
+
 Configuration-manager members are never killed or paused here: a CM member cannot rejoin
 yet (docs/recovery.md), and losing one of three for good would leave the next kill without
 a majority. They are cut off by partitions like every process of their region.
@@ -26,7 +32,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from jepsen.hosts import Hosts
@@ -108,13 +114,27 @@ class Nemesis:
         self.counts: dict[str, int] = {}
         self.leader_kills = 0
         self._by_address = {node.address: log_name(node) for node in self.config.nodes()}
+        self._shard_of = {
+            log_name(node): node.shard for node in self.config.nodes() if node.role != "cm"
+        }
 
     def _replicas(self) -> list[str]:
         return [log_name(node) for node in self.config.nodes() if node.role != "cm"]
 
-    def _pick(self, aim: str, leaders: Sequence[str]) -> list[str]:
-        """Process names for an aim; ``leaders`` are the shards' leader addresses now."""
-        alive = [n for n in self._replicas() if n not in self.killed and n not in self.paused]
+    def _pick(self, aim: str, leaders: Sequence[str], down: Collection[str]) -> list[str]:
+        """Process names for an aim; ``leaders`` are the shards' leader addresses now,
+        ``down`` the replicas that do not vote now (rejoining, or not answering). A replica
+        is a target only if no other replica of its shard is down: a fault takes at most a
+        minority of a shard (one of three) at a time."""
+
+        def minority(name: str) -> bool:
+            shard = self._shard_of[name]
+            return not any(o in down for o, s in self._shard_of.items() if s == shard and o != name)
+
+        alive = [
+            n for n in self._replicas()
+            if n not in self.killed and n not in self.paused and minority(n)
+        ]
         if aim == "leader":
             names = [self._by_address[a] for a in leaders if self._by_address.get(a) in alive]
             return [self.rng.choice(names)] if names else []
@@ -128,10 +148,12 @@ class Nemesis:
             ]
         raise ValueError(f"no such aim: {aim}")
 
-    def start(self, planned: Planned, leaders: Sequence[str]) -> str:
+    def start(self, planned: Planned, leaders: Sequence[str], down: Collection[str] = ()) -> str:
+        if planned.kind in ("kill", "restart", "pause") and not self._pick(planned.aim, leaders, down):
+            return f"no {planned.kind}: every shard has a replica that does not vote ({sorted(down)})"
         self.counts[planned.kind] = self.counts.get(planned.kind, 0) + 1
         if planned.kind in ("kill", "restart"):
-            names = self._pick(planned.aim, leaders)
+            names = self._pick(planned.aim, leaders, down)
             leader_names = {self._by_address.get(a) for a in leaders}
             for name in names:
                 os.kill(self.cluster.pid_of(name), signal.SIGKILL)
@@ -145,7 +167,7 @@ class Nemesis:
                 return f"killed and started again {what}"
             return f"killed {what}"
         if planned.kind == "pause":
-            names = self._pick(planned.aim, leaders)
+            names = self._pick(planned.aim, leaders, down)
             for name in names:
                 os.kill(self.cluster.pid_of(name), signal.SIGSTOP)
             self.paused = names

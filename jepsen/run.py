@@ -298,9 +298,10 @@ async def _drive(
             for planned in schedule:
                 await asyncio.sleep(max(0.0, started / 1e9 + planned.at_s - time.monotonic()))
                 _, leaders = await client.cluster_map()
+                down = await _not_voting(client, config)
                 f = "restart" if planned.kind == "restart" else f"start-{planned.kind}"
                 record("invoke", f, planned.aim, "nemesis")
-                what = nemesis.start(planned, leaders)
+                what = nemesis.start(planned, leaders, down)
                 begun = (time.monotonic_ns() - started) / 1e9
                 record("info", f, what, "nemesis")
                 log(f"jepsen: {begun:6.1f} s  {what}")
@@ -453,6 +454,18 @@ class TpccRun:
             for reports in (self.after_load, after_run) for report in reports.values()
         )
         return {"tpcc": {"valid?": valid, "replica-sets": replicas, "catch-up": catch_up}}
+
+
+async def _not_voting(client: Any, config: Any) -> set[str]:
+    """Shard replicas that do not vote now: rejoining, or not answering a status request."""
+    from store.node.server import log_name
+
+    statuses = await client.status(replicas=True)
+    return {
+        log_name(node) for node, status in zip(config.nodes(), statuses, strict=True)
+        if node.role != "cm"
+        and (status is None or status.get("rejoining") or status.get("voting") is False)
+    }
 
 
 def _kebab(name: str) -> str:
