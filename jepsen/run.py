@@ -49,6 +49,7 @@ from typing import Any
 from jepsen.history import Op, write_history
 from jepsen.hosts import Hosts, make_hosts, sweep
 from jepsen.nemesis import KINDS, Nemesis, Planned, plan_schedule
+from jepsen.runner import History, error_name, run_workload
 
 __all__ = ["Options", "main", "run_test"]
 
@@ -223,8 +224,6 @@ async def _drive(
     log: Callable[[str], None],
 ) -> Outcome:
     from store.client import Client
-    from store.core.errors import MeridianError, OutcomeUnknown, RolledBack
-    from store.core.txn import OPS_PROCEDURE
     from store.sim.workloads import Bank, ListAppend
 
     workload: Any = None
@@ -240,56 +239,13 @@ async def _drive(
         tpcc = TpccRun(config, options)
         await tpcc.load(log)
 
-    history: list[Op] = []
-    counts = {"ok": 0, "fail": 0, "info": 0}
+    history = History()
+    record = history.record
+    counts = {"ok": 0, "fail": 0, "info": 0}  # TPC-C's; list-append and bank: run_workload's
     errors: dict[str, int] = {}
     supervisor: list[str] = []
-    started = time.monotonic_ns()
+    started = history.started_ns
     stop_at = time.monotonic() + options.time_limit_s
-
-    def record(op_type: str, f: str, value: Any, process: int | str, **extra: Any) -> None:
-        op = Op(op_type, f, value, process, time.monotonic_ns() - started, len(history))
-        op.extra.update(extra)
-        history.append(op)
-
-    async def run_one(client: Any, operation: Any) -> Any:
-        if operation.procedure == OPS_PROCEDURE:
-            return await client.run_ops(operation.args[0], route=operation.keys[0])
-        return await client.run(operation.procedure, *operation.args, route=operation.keys[0])
-
-    async def client_loop(index: int) -> None:
-        client = await Client.connect(config)
-        process = index
-        interval = options.concurrency / options.rate if options.rate else 0.0
-        next_at = time.monotonic() + rng.random() * interval
-        try:
-            while time.monotonic() < stop_at:
-                if interval:
-                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                    next_at += interval
-                    if time.monotonic() >= stop_at:
-                        break
-                operation = workload.next()
-                record("invoke", operation.f, operation.value, process)
-                try:
-                    result = await run_one(client, operation)
-                except OutcomeUnknown:
-                    counts["info"] += 1
-                    errors["OutcomeUnknown"] = errors.get("OutcomeUnknown", 0) + 1
-                    record("info", operation.f, operation.value, process, error="outcome-unknown")
-                    process += options.concurrency
-                    continue
-                except MeridianError as exc:
-                    counts["fail"] += 1
-                    name = type(exc).__name__
-                    errors[name] = errors.get(name, 0) + 1
-                    error = "rolled-back" if isinstance(exc, RolledBack) else _kebab(name)
-                    record("fail", operation.f, operation.value, process, error=error)
-                    continue
-                counts["ok"] += 1
-                record("ok", operation.f, operation.complete(result), process)
-        finally:
-            await client.close()
 
     async def nemesis_loop() -> dict[str, Any]:
         nemesis = Nemesis(cluster, hosts, rng)
@@ -327,13 +283,17 @@ async def _drive(
             await asyncio.sleep(0.5)
             supervisor.extend(cluster.supervise())
 
-    if tpcc is not None:
-        tasks = [asyncio.create_task(tpcc.drive(record, counts, errors))]
-    else:
-        tasks = [asyncio.create_task(client_loop(i)) for i in range(options.concurrency)]
     nemesis_task = asyncio.create_task(nemesis_loop())
     supervise_task = asyncio.create_task(supervise_loop())
-    await asyncio.gather(*tasks, supervise_task)
+    if tpcc is not None:
+        await tpcc.drive(record, counts, errors)
+    else:
+        result = await run_workload(
+            lambda: Client.connect(config), workload, options.concurrency,
+            options.time_limit_s, rate=options.rate, history=history,
+        )
+        counts, errors = result.counts, result.errors
+    await supervise_task
     nemesis_report = await nemesis_task
     log(f"jepsen: load over ({counts}); waiting for every shard to commit again")
     recovered_s = await _wait_recovered(config, options.shards)
@@ -343,7 +303,7 @@ async def _drive(
     else:
         await _final_reads(config, workload, record, options)
     return Outcome(
-        history, counts, errors, nemesis_report, recovered_s, supervisor, started / 1e9, checked
+        history.ops, counts, errors, nemesis_report, recovered_s, supervisor, started / 1e9, checked
     )
 
 
@@ -412,15 +372,15 @@ class TpccRun:
                 record("invoke", name, args[0] if args else None, process)
                 try:
                     done = await target.run_detailed(name, *args, shard=shard)
-                except OutcomeUnknown:
+                except OutcomeUnknown as exc:
                     counts["info"] += 1
                     errors["OutcomeUnknown"] = errors.get("OutcomeUnknown", 0) + 1
-                    record("info", name, args[0] if args else None, process, error="outcome-unknown")
+                    record("info", name, args[0] if args else None, process, error=error_name(exc))
                     raise
                 except MeridianError as exc:
                     counts["fail"] += 1
                     errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-                    record("fail", name, args[0] if args else None, process, error=_kebab(type(exc).__name__))
+                    record("fail", name, args[0] if args else None, process, error=error_name(exc))
                     raise
                 counts["ok"] += 1
                 record("ok", name, args[0] if args else None, process)
@@ -466,11 +426,6 @@ async def _not_voting(client: Any, config: Any) -> set[str]:
         if node.role != "cm"
         and (status is None or status.get("rejoining") or status.get("voting") is False)
     }
-
-
-def _kebab(name: str) -> str:
-    out = "".join(f"-{c.lower()}" if c.isupper() else c for c in name)
-    return out.lstrip("-")
 
 
 async def _wait_recovered(config: Any, shards: int) -> dict[int, float | None]:
@@ -523,7 +478,7 @@ async def _final_reads(
                         process += 1
                         continue
                     except MeridianError as exc:
-                        record("fail", "txn", [["r", k, None]], process, error=_kebab(type(exc).__name__))
+                        record("fail", "txn", [["r", k, None]], process, error=error_name(exc))
                         continue
                     record("ok", "txn", [["r", k, list(found or [])]], process, final=True)
                     break
@@ -534,7 +489,7 @@ async def _final_reads(
                 try:
                     balances = await client.run("bank_read", workload.accounts, route=keys_read[0])
                 except MeridianError as exc:
-                    record("fail", "read", None, process, error=_kebab(type(exc).__name__))
+                    record("fail", "read", None, process, error=error_name(exc))
                     process += 1
                     continue
                 record("ok", "read", {int(a): b for a, b in balances.items()}, process, final=True)
