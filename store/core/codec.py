@@ -91,7 +91,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     GetConfig: lambda m: [19, m.req_id],
     ConfigReply: lambda m: [20, m.req_id, m.cluster_map.to_wire(), m.cm_leader],
     StateRequest: lambda m: [21, m.requester, m.req_id, m.shard, m.offset, m.length],
-    StatePiece: lambda m: [22, m.req_id, m.shard, m.offset, m.total, m.data],
+    StatePiece: lambda m: [22, m.req_id, m.shard, m.offset, m.total, m.data, m.more],
 }
 
 
@@ -251,8 +251,8 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     21: (6, lambda f: StateRequest(_str(f[1], "requester"), _int(f[2], "req_id"),
                                    _int(f[3], "shard"), _int(f[4], "offset"),
                                    _int(f[5], "length"))),
-    22: (6, lambda f: StatePiece(_int(f[1], "req_id"), _int(f[2], "shard"), _int(f[3], "offset"),
-                                 _int(f[4], "total"), _bytes(f[5], "data"))),
+    22: (7, lambda f: StatePiece(_int(f[1], "req_id"), _int(f[2], "shard"), _int(f[3], "offset"),
+                                 _int(f[4], "total"), _bytes(f[5], "data"), _bool(f[6], "more"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),
                                     _list(f[3], "values"), _pairs_lists(f[4]), _clock(f[5]),
                                     _int(f[6], "applied_slots"))),

@@ -67,8 +67,8 @@ from store.core.transfer import (
     StatePiece,
     StateRequest,
     StateServer,
+    StoreSnapshot,
     decode_state,
-    version_chains,
 )
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
@@ -174,7 +174,9 @@ class ShardFollower:
         self._kept_acceptor = acceptor is not None
         self.transfers_started = 0
         self.transfer_bytes = 0
-        self._state_server = StateServer(shard, settings.transfer_piece_bytes)
+        self._state_server = StateServer(
+            shard, settings.transfer_piece_bytes, 4 * settings.transfer_retry_ns
+        )
 
     @property
     def skipped_writes(self) -> int:
@@ -198,7 +200,7 @@ class ShardFollower:
             self._on_config(now_ns, message.cluster_map)
         elif isinstance(message, StateRequest):
             capture = None if self.rejoining else self.capture_state
-            self._outbox.append((src, self._state_server.serve(message, capture)))
+            self._outbox.append((src, self._state_server.serve(message, capture, now_ns)))
         elif isinstance(message, StatePiece) and self.rejoining:
             self._on_state_piece(now_ns, message)
         else:
@@ -401,7 +403,7 @@ class ShardFollower:
         data += piece.data
         self.transfer_bytes += len(piece.data)
         self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
-        if len(data) < piece.total:
+        if piece.more or len(data) < piece.total:
             self._ask_piece()
             return
         try:
@@ -511,7 +513,7 @@ class ShardFollower:
             vw=self.vw,
             epochs=self.epochs.copy(),
             cluster_map=self.map,
-            chains=version_chains(self.store),
+            chains=StoreSnapshot(self.store),
             speculative={e: list(items) for e, items in self._speculative.items()},
             held_visibility=list(self._held_visibility),
             recent=dict(self._recent),

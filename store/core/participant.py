@@ -105,6 +105,10 @@ class Participant:
         # nothing and are dropped by garbage collection.
         self._read_stamps: dict[str, VectorClock] = {}
         self._scan_stamps: dict[str, VectorClock] = {}
+        # What every writer here must dominate because stamps were lost: a leader that took
+        # a stream over rebuilt its store by replay, which carries no stamps of the readers
+        # its predecessor validated (``readers_unknown``).
+        self._stamp_floor: VectorClock = EMPTY
         # Speculation off: installed transactions whose versions stay hidden and whose locks
         # stay held until they commit. txn_id -> (vc, keys); a heap per blocking shard.
         self._speculation = settings.speculation
@@ -200,7 +204,7 @@ class Participant:
     def dependencies(self, keys: Iterable[str]) -> VectorClock:
         """Clocks a writer of ``keys`` must dominate: the versions it overwrites and the
         validated readers of those keys (and scanners of their tables)."""
-        deps = EMPTY
+        deps = self._stamp_floor
         latest = self.store.latest
         stamps, scan_stamps = self._read_stamps, self._scan_stamps
         for key in keys:
@@ -230,8 +234,17 @@ class Participant:
             stamp = self._scan_stamps.get(table)
             self._scan_stamps[table] = vc if stamp is None else stamp.merge(vc)
 
+    def readers_unknown(self, floor: VectorClock) -> None:
+        """The readers validated here before are not known (a new leader's store is its
+        replay, which carries no stamps): every writer must dominate ``floor`` instead, the
+        clock above every transaction of the ended epochs that can survive (docs/recovery.md,
+        rule 9), until the vector watermark passes it."""
+        self._stamp_floor = self._stamp_floor.merge(floor)
+
     def collect_stamps(self, watermark: Mapping[int, int], keys_max: int) -> None:
         """Drops stamps that carry nothing above the watermark; visits at most keys_max."""
+        if self._stamp_floor:
+            self._stamp_floor = self._stamp_floor.above(watermark)
         stamps = self._read_stamps
         for _ in range(min(keys_max, len(stamps))):
             key = next(iter(stamps))

@@ -74,7 +74,7 @@ from store.core.paxos import (
 from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import ROLLED_BACK, VersionedStore
-from store.core.transfer import FollowerState, StateRequest, StateServer, version_chains
+from store.core.transfer import FollowerState, StateRequest, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ShardWatermark, VectorWatermark
@@ -211,6 +211,7 @@ class ShardLeader:
         self._break_inf = "no-inf" in breaks
         self._break_takeover = "takeover" in breaks
         self._break_lease = "lease" in breaks
+        self._break_stamps = "stamps" in breaks
         if takeover is not None:
             self._take_over(now_ns, list(followers), stream_settings, takeover)
         self._handlers: dict[type, Callable[[int, str, Message], None]] = {
@@ -231,7 +232,9 @@ class ShardLeader:
             ConfigReply: self._on_config,
             StateRequest: self._on_state_request,
         }
-        self._state_server = StateServer(shard, settings.transfer_piece_bytes)
+        self._state_server = StateServer(
+            shard, settings.transfer_piece_bytes, 4 * settings.transfer_retry_ns
+        )
         self.dropped_messages = 0
         self.reads_refused = 0  # reads of other shards' transactions served without a lease
 
@@ -278,7 +281,8 @@ class ShardLeader:
             # While an ended epoch's FVW is unknown, only what was committed when it ended
             # may count as committed: a later epoch's watermark says nothing of it.
             committed = self.participant.committed_watermark(self.vw.entries)
-            self.store.collect_garbage(committed, self.settings.gc_keys_per_pass_max)
+            if not self._state_server.holding(now_ns):  # a transfer reads the versions
+                self.store.collect_garbage(committed, self.settings.gc_keys_per_pass_max)
             self.participant.collect_stamps(committed, self.settings.gc_keys_per_pass_max)
             current = self._speculative.get(self.epoch)
             if current:
@@ -487,6 +491,13 @@ class ShardLeader:
         self.vw.enter_epoch(epoch)
         self._durable_mark = takeover.vw.get(self.shard, 0)
         self.participant.begin_epoch(epoch, takeover.vw)
+        if not self._break_stamps:
+            # Every transaction of an ended epoch that survives is at or below its shards'
+            # finalized watermarks, which the base of this epoch dominates on every shard.
+            base = counter_base(epoch)
+            self.participant.readers_unknown(
+                VectorClock({shard: base for shard in range(len(self.peers))})
+            )
         for resolved in range(takeover.fvw_applied + 1):
             self.participant.end_doubt(resolved, {})
         self.coordinator.begin_epoch(now_ns, epoch)
@@ -702,7 +713,7 @@ class ShardLeader:
             and self.stream.phase is Phase.LEADING
         )
         capture = self.capture_state if serving else None
-        self._outbox.append((src, self._state_server.serve(message, capture)))
+        self._outbox.append((src, self._state_server.serve(message, capture, now_ns)))
 
     def capture_state(self) -> FollowerState:
         """What a follower of this shard would hold at the stream's chosen point, for a
@@ -721,7 +732,7 @@ class ShardLeader:
             vw=VectorClock(self.vw.entries),
             epochs=self.epochs.copy(),
             cluster_map=self.map,
-            chains=version_chains(self.store),
+            chains=StoreSnapshot(self.store),
             speculative={e: list(items) for e, items in self._speculative.items()},
             held_visibility=[],
             recent=stream.chosen_log(),

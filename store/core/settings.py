@@ -81,8 +81,9 @@ DEFAULT_SETTINGS = Settings()
 # "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
 # ends no epoch on a healthy shard's stream, "takeover" skips a new leader's phase 1,
 # "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up, "lease"
-# lets a leader answer and serve reads without a lease (docs/recovery.md "Stale reads").
+# lets a leader answer and serve reads without a lease (docs/recovery.md "Stale reads"),
+# "stamps" lets a new leader's writers ignore the readers its predecessor validated.
 BREAKABLE_STEPS = (
-    "validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote", "lease",
+    "validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote", "lease", "stamps",
 )
 

@@ -19,7 +19,7 @@ Theory of operation:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sortedcontainers import SortedSet
@@ -133,6 +133,16 @@ class VersionedStore:
 
     def chain(self, key: str) -> list[Version]:
         return list(self._chain(key) or ())
+
+    def versions(self, key: str) -> Sequence[Version]:
+        """The key's versions, oldest first, without a copy (read it before changing the
+        store again)."""
+        return self._chains.get(key) or ()
+
+    @property
+    def next_vid(self) -> int:
+        """The id the next installed version gets: every version there is has a smaller one."""
+        return self._next_vid
 
     # ---- locks ---------------------------------------------------------------------------
 

@@ -14,18 +14,30 @@ exactly as that follower would from ``P``:
 
 The source is a follower of the shard, or its leader (``ShardLeader.capture_state``: what
 its stream has chosen, plus what it installed beyond, which the stream's replay then skips
-or its epoch's FVW rolls back). It encodes its state once per request (``encode_state``,
-``StateServer``), in an explicit msgpack
-layout (no pickle: the bytes cross the network), and serves it in pieces of
+or its epoch's FVW rolls back). It takes its state once per transfer, when the first piece is asked for, in an
+explicit msgpack layout (no pickle: the bytes cross the network), and serves it in pieces of
 ``transfer_piece_bytes`` (``StateRequest`` / ``StatePiece``), so a large store never needs
-one message larger than the RPC core's limit and a lost piece costs one piece. The bytes are
-fixed when the first piece is asked for, so pieces never mix two states. The rejoiner
+one message larger than the RPC core's limit and a lost piece costs one piece. The rejoiner
 decodes with ``decode_state``, which checks every field's shape (``InvalidRequest``).
+
+The source never stops to copy its store. Taking the state copies the small parts and only
+the list of keys and the store's next version id (``StoreSnapshot``); each piece then
+encodes just the keys it needs, reading every key's versions *with an id below that mark*.
+What changes meanwhile cannot leak in or out: versions installed later have larger ids and
+are left out (the rejoiner replays them from ``P``); a version rolled back later is left out
+too, as if it had been rolled back already (it is of an epoch whose FVW the rejoiner
+learns from the same stream, and that rollback finds nothing to do); and the source
+collects no garbage while one of its transfers is still encoding (``StateServer.holding``),
+so no version the state needs is dropped. Measured on a TPC-C shard (66k rows, 15.6 MB):
+taking and encoding the whole state at once stopped the source's event loop for about a
+second, longer than ``transfer_retry_ns``, so the rejoiner asked the next source, which
+stopped too: the Jepsen TPC-C run with kills never got a replica back, and a leader that is
+asked stops heartbeating. A piece now costs the source a few milliseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +54,10 @@ from store.core.wirecheck import Fields, decode_tagged
 
 STATE_TAG = 1
 STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
-# Transfers a source keeps encoded at once (a new one evicts the oldest).
+# Transfers a source keeps at once (a new one evicts the oldest).
 TRANSFERS_KEPT = 2
+# Keys whose versions one step of encoding packs; a piece takes as many steps as it needs.
+KEYS_PER_STEP = 32
 
 # (txn_id, vc, keys written): a replayed transaction an FVW may still roll back.
 Speculative = tuple[int, VectorClock, list[str]]
@@ -66,17 +80,22 @@ class StateRequest(Message):
 
 
 class StatePiece(Message):
-    """``data`` = bytes ``[offset, offset + len(data))`` of a state of ``total`` bytes.
-    ``total`` 0: refused (the source has no state to give, or has dropped this transfer)."""
+    """``data`` = bytes ``[offset, offset + len(data))`` of a state of which the source has
+    encoded ``total`` bytes so far; ``more``: bytes follow beyond ``total`` (the source is
+    still encoding). ``total`` 0: refused (the source has no state to give, or has dropped
+    this transfer)."""
 
-    __slots__ = ("data", "offset", "req_id", "shard", "total")
+    __slots__ = ("data", "more", "offset", "req_id", "shard", "total")
 
-    def __init__(self, req_id: int, shard: int, offset: int, total: int, data: bytes) -> None:
+    def __init__(
+        self, req_id: int, shard: int, offset: int, total: int, data: bytes, more: bool = False
+    ) -> None:
         self.req_id = req_id
         self.shard = shard
         self.offset = offset
         self.total = total
         self.data = data
+        self.more = more
 
 
 @dataclass
@@ -91,8 +110,9 @@ class FollowerState:
     vw: VectorClock
     epochs: StreamEpochs
     cluster_map: ClusterMap | None
-    # key -> versions oldest first: (value, deleted, vc, epoch, txn_id)
-    chains: list[tuple[str, Chain]]
+    # key -> versions oldest first: (value, deleted, vc, epoch, txn_id); at the source a
+    # StoreSnapshot read as it is encoded, at the rejoiner a list (a key may have none)
+    chains: Sequence[tuple[str, Chain]] | StoreSnapshot
     speculative: dict[int, list[Speculative]]
     held_visibility: list[tuple[int, int, VectorClock]]
     recent: dict[int, Entry]
@@ -100,60 +120,127 @@ class FollowerState:
     applied_records: int
 
 
+class StoreSnapshot:
+    """A store's versions as they are now, read later, key by key (see the module doc):
+    every key there is now, with its versions whose id is below the store's next id now
+    and that are not rolled back when read. Valid while the store collects no garbage."""
+
+    __slots__ = ("_store", "keys", "vid_limit")
+
+    def __init__(self, store: VersionedStore) -> None:
+        self._store = store
+        self.keys = store.all_keys()
+        self.vid_limit = store.next_vid
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[tuple[str, Chain]]:
+        versions, limit = self._store.versions, self.vid_limit
+        for key in self.keys:
+            yield key, [
+                (v.value, v.deleted, v.vc, v.epoch, v.txn_id)
+                for v in versions(key) if v.vid < limit and v.state != ROLLED_BACK
+            ]
+
+
 def version_chains(store: VersionedStore) -> list[tuple[str, Chain]]:
-    """Every key's versions that are not rolled back, oldest first, for a state copy."""
-    chains = []
-    for key in store.all_keys():
-        versions = [
-            (v.value, v.deleted, v.vc, v.epoch, v.txn_id)
-            for v in store.chain(key) if v.state != ROLLED_BACK
-        ]
-        if versions:
-            chains.append((key, versions))
-    return chains
+    """Every key's versions that are not rolled back, oldest first (a key may have none)."""
+    return list(StoreSnapshot(store))
+
+
+class _Transfer:
+    """One transfer at its source: the bytes encoded so far, the rest still to encode."""
+
+    __slots__ = ("asked_ns", "data", "rest")
+
+    def __init__(self, rest: Iterator[bytes], now_ns: int) -> None:
+        self.data = bytearray()
+        self.rest: Iterator[bytes] | None = rest
+        self.asked_ns = now_ns
+
+    def encode_through(self, end: int) -> None:
+        rest = self.rest
+        while rest is not None and len(self.data) < end:
+            step = next(rest, None)
+            if step is None:
+                self.rest = rest = None
+            else:
+                self.data += step
 
 
 class StateServer:
-    """The source's side: encodes a state when a transfer's first piece is asked for, and
-    serves its pieces; keeps the latest ``TRANSFERS_KEPT`` transfers."""
+    """The source's side: takes a state when a transfer's first piece is asked for, and
+    encodes it as its pieces are asked for; keeps the latest ``TRANSFERS_KEPT`` transfers,
+    and forgets one not asked for within ``idle_ns``."""
 
-    def __init__(self, shard: int, piece_bytes: int) -> None:
+    def __init__(self, shard: int, piece_bytes: int, idle_ns: int) -> None:
         self.shard = shard
         self.piece_bytes = piece_bytes
-        self._served: dict[tuple[str, int], bytes] = {}
+        self.idle_ns = idle_ns
+        self._served: dict[tuple[str, int], _Transfer] = {}
         self.started = 0
 
     def serve(
-        self, request: StateRequest, capture: Callable[[], FollowerState] | None
+        self,
+        request: StateRequest,
+        capture: Callable[[], FollowerState] | None,
+        now_ns: int,
     ) -> StatePiece:
         """One piece; ``capture`` (None: this replica has no state to give) takes the state."""
         key = (request.requester, request.req_id)
-        data = self._served.get(key)
-        if data is None and request.offset == 0 and capture is not None and request.shard == self.shard:
-            data = encode_state(capture())
+        transfer = self._served.get(key)
+        if (
+            transfer is None and request.offset == 0 and capture is not None
+            and request.shard == self.shard
+        ):
+            transfer = _Transfer(encode_state_steps(capture()), now_ns)
             self.started += 1
-            self._served[key] = data
+            self._served[key] = transfer
             while len(self._served) > TRANSFERS_KEPT:
                 del self._served[next(iter(self._served))]
-        if data is None or request.offset > len(data):
+        if transfer is None:
             return StatePiece(request.req_id, self.shard, request.offset, 0, b"")
-        length = min(request.length, self.piece_bytes)
-        piece = data[request.offset : request.offset + length]
-        return StatePiece(request.req_id, self.shard, request.offset, len(data), piece)
+        transfer.asked_ns = now_ns
+        end = request.offset + min(request.length, self.piece_bytes)
+        transfer.encode_through(end)
+        data = transfer.data
+        if request.offset > len(data):
+            return StatePiece(request.req_id, self.shard, request.offset, 0, b"")
+        more = transfer.rest is not None or end < len(data)
+        return StatePiece(
+            request.req_id, self.shard, request.offset, len(data),
+            bytes(data[request.offset : end]), more,
+        )
+
+    def holding(self, now_ns: int) -> bool:
+        """Whether a transfer still reads the store (its garbage must stay); forgets the
+        transfers nobody asked for within ``idle_ns``."""
+        for key, transfer in list(self._served.items()):
+            if now_ns - transfer.asked_ns > self.idle_ns:
+                del self._served[key]
+        return any(transfer.rest is not None for transfer in self._served.values())
 
 
 def encode_state(state: FollowerState) -> bytes:
+    return b"".join(encode_state_steps(state))
+
+
+def encode_state_steps(state: FollowerState) -> Iterator[bytes]:
+    """The msgpack encoding of ``[STATE_TAG, shard, ..., chains, ...]`` (17 fields), in
+    steps: the head, then ``KEYS_PER_STEP`` keys' versions at a time, then the tail. The
+    chains are read as the steps are taken (``StoreSnapshot``)."""
+    packer = msgpack.Packer(use_bin_type=True)
+    pack = packer.pack
     fvw_applied = state.fvw_applied + 1  # -1 (none) travels as 0: integers are non-negative
-    layout = [
+    head: list[Any] = [
         STATE_TAG, state.shard, state.slot, state.epoch, fvw_applied,
         [state.promised.round, state.promised.leader],
         state.vw.to_wire(), state.epochs.ended + 1, state.epochs.valid_watermark,
         [[e, w] for e, w in sorted(state.epochs.finalized.items())],
         state.cluster_map.to_wire() if state.cluster_map is not None else None,
-        [
-            [key, [[value, deleted, vc.to_wire(), epoch, txn] for value, deleted, vc, epoch, txn in chain]]
-            for key, chain in state.chains
-        ],
+    ]
+    tail: list[Any] = [
         [
             [epoch, [[txn, vc.to_wire(), keys] for txn, vc, keys in items]]
             for epoch, items in sorted(state.speculative.items())
@@ -162,8 +249,29 @@ def encode_state(state: FollowerState) -> bytes:
         [[slot, entry_to_wire(entry)] for slot, entry in sorted(state.recent.items())],
         state.applied_slots, state.applied_records,
     ]
-    packed: bytes = msgpack.packb(layout, use_bin_type=True)
-    return packed
+    # Everything but the chains is packed now: the source goes on changing it.
+    first = b"".join([
+        packer.pack_array_header(17), *map(pack, head),
+        packer.pack_array_header(len(state.chains)),
+    ])
+    last = b"".join(map(pack, tail))
+    return _steps(first, state.chains, last, pack)
+
+
+def _steps(
+    first: bytes, chains: Iterable[tuple[str, Chain]], last: bytes, pack: Callable[[Any], bytes]
+) -> Iterator[bytes]:
+    yield first
+    step: list[bytes] = []
+    for key, chain in chains:
+        step.append(pack([
+            key,
+            [[value, deleted, vc.to_wire(), epoch, txn] for value, deleted, vc, epoch, txn in chain],
+        ]))
+        if len(step) >= KEYS_PER_STEP:
+            yield b"".join(step)
+            step = []
+    yield b"".join([*step, last])
 
 
 _FIELDS = Fields("transferred state")

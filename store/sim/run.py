@@ -41,6 +41,9 @@ from store.sim.workloads import Bank, ListAppend, register_bank
 CLIENT_PREFIX = "client/"
 # How often the settle phase looks whether the cluster has gone quiet.
 SETTLE_CHECK_NS = 50 * MS
+# A state copy's pieces (Settings.transfer_piece_bytes is 256 KiB): a simulated store is a
+# few KB, and its copy must take many pieces, the store changing under it, as a real one does.
+SIM_TRANSFER_PIECE_BYTES = 512
 
 
 @dataclass
@@ -126,7 +129,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     cluster = SimCluster(
         sim, network, options.shards, procedures,
         partitioner=partitioner,
-        settings=DEFAULT_SETTINGS.with_overrides(speculation=options.speculation),
+        settings=DEFAULT_SETTINGS.with_overrides(
+            speculation=options.speculation,
+            transfer_piece_bytes=SIM_TRANSFER_PIECE_BYTES,
+        ),
         regions=regions, wan_rtt_ms=options.wan_rtt_ms, breaks=breaks, probe=recorder,
     )
     with_followers = options.regions > 1

@@ -56,6 +56,7 @@ MESSAGES = [
     SnapshotReply(3, 1, [1, None], [[("t/a", 1)]], VC, 12),
     StateRequest("127.0.0.1:7100", 4, 1, 262144, 262144),
     StatePiece(4, 1, 0, 10, b"\x00\x01state"),
+    StatePiece(4, 1, 10, 4096, b"more", True),
 ]
 
 

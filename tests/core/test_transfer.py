@@ -29,6 +29,7 @@ from store.core.transfer import (
     FollowerState,
     StateRequest,
     StateServer,
+    StoreSnapshot,
     decode_state,
     encode_state,
     version_chains,
@@ -69,8 +70,9 @@ def test_a_state_round_trips() -> None:
     state = sample_state()
     decoded = decode_state(encode_state(state))
     assert decoded == state
-    assert [key for key, _ in decoded.chains] == ["t/a", "t/c"]
+    assert [key for key, _ in decoded.chains] == ["t/a", "t/b", "t/c"]
     assert len(dict(decoded.chains)["t/a"]) == 2
+    assert dict(decoded.chains)["t/b"] == []  # its only version was rolled back
 
 
 def test_a_state_without_a_map_or_fvw_round_trips() -> None:
@@ -95,7 +97,7 @@ def test_a_truncated_state_is_an_invalid_request() -> None:
 
 
 def test_a_source_serves_one_fixed_state_in_pieces() -> None:
-    server = StateServer(0, piece_bytes=64)
+    server = StateServer(0, piece_bytes=64, idle_ns=1000)
     captured = []
 
     def capture() -> FollowerState:
@@ -106,18 +108,63 @@ def test_a_source_serves_one_fixed_state_in_pieces() -> None:
 
     data = b""
     while True:
-        piece = server.serve(StateRequest("r", 1, 0, len(data), 1000), capture)
+        piece = server.serve(StateRequest("r", 1, 0, len(data), 1000), capture, 0)
         assert piece.total > 0 and piece.offset == len(data) and len(piece.data) <= 64
         data += piece.data
-        if len(data) == piece.total:
+        if not piece.more:
+            assert len(data) == piece.total
             break
     assert len(captured) == 1  # the state was taken once, when the first piece was asked
     assert decode_state(data) == captured[0]
     # A piece of a transfer the source does not know, or from a source with no state, or
     # for another shard: refused (total 0), never a piece of something else.
-    assert server.serve(StateRequest("r", 2, 64, 64, 64), capture).total == 0
-    assert server.serve(StateRequest("s", 1, 0, 64, 64), None).total == 0
-    assert server.serve(StateRequest("s", 3, 0, 1, 64), capture).total == 0
+    assert server.serve(StateRequest("r", 2, 64, 64, 64), capture, 0).total == 0
+    assert server.serve(StateRequest("s", 1, 0, 64, 64), None, 0).total == 0
+    assert server.serve(StateRequest("s", 3, 0, 1, 64), capture, 0).total == 0
+
+
+def test_a_store_that_changes_while_it_is_sent_gives_the_state_it_had_when_taken() -> None:
+    """The source encodes its store piece by piece as the rejoiner asks (it never stops to
+    copy it all); what happens meanwhile does not leak into the copy: later versions are
+    left out (the rejoiner replays them), a later rollback leaves its version out (the
+    rejoiner's own FVW would roll it back), and garbage collection waits for the copy."""
+    store = VersionedStore()
+    for n in range(600):
+        store.install(f"t/{n:04}", n, False, VectorClock({0: n + 1}), 0, n + 1)
+    store.install("t/0599", "newer", False, VectorClock({0: 700}), 0, 700)
+    expected = dict(version_chains(store))
+    state = sample_state()
+    state.chains = StoreSnapshot(store)
+    server = StateServer(0, piece_bytes=512, idle_ns=1000)
+    data = b""
+    for step in range(10_000):
+        piece = server.serve(StateRequest("r", 1, 0, len(data), 512), lambda: state, step)
+        data += piece.data
+        if not piece.more:
+            break
+        assert server.holding(step)  # the store must keep its garbage meanwhile
+        # Keys the copy has not reached yet (it goes in key order) change.
+        store.install(f"t/{599 - step:04}", "later", False, VectorClock({0: 1000 + step}), 0, 9000)
+        store.install(f"u/{step:04}", "new key", False, VectorClock({0: 1000 + step}), 0, 9000)
+        if step == 1:
+            store.roll_back("t/0590", 591)
+            expected["t/0590"] = []
+    assert step > 10  # it took many pieces
+    assert not server.holding(step)  # encoded: the store may collect again
+    assert dict(decode_state(data).chains) == expected
+
+
+def test_a_transfer_nobody_asks_for_stops_holding_the_store() -> None:
+    state = sample_state()
+    store = VersionedStore()
+    for n in range(600):
+        store.install(f"t/{n:04}", n, False, VectorClock({0: n + 1}), 0, n + 1)
+    state.chains = StoreSnapshot(store)
+    server = StateServer(0, piece_bytes=512, idle_ns=1000)
+    assert server.serve(StateRequest("r", 1, 0, 0, 512), lambda: state, 0).more
+    assert server.holding(999)
+    assert not server.holding(1001)  # the rejoiner gave up (or died): forgotten
+    assert server.serve(StateRequest("r", 1, 512, 512, 512), lambda: state, 1002).total == 0
 
 
 def test_a_restarted_acceptor_answers_no_older_leader_and_no_prepare_until_voting() -> None:

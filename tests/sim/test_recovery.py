@@ -101,3 +101,20 @@ def test_seed_499_of_the_first_crash_run_stays_clean() -> None:
     summary = run_many([499], options)
     assert summary["failovers"] >= 1
     assert summary["anomalies"] == 0, summary.get("first_failure")
+
+
+def test_a_new_leaders_writers_dominate_the_readers_its_predecessor_validated() -> None:
+    """Seed 287 (found by the 1000-seed list-append run of 2026-12-01): a transaction of
+    epoch 0 validated a read of 'la/000001' at shard 0's leader, which stamped its clock on
+    the key, and then crashed. The new leader rebuilt its store by replay, which carries no
+    stamps, so an epoch-2 writer of that key missed the reader's shard-2 entry and became
+    durable before it (dependency-closure). A new leader's writers now dominate the base of
+    its epoch on every shard until the vector watermark passes it (rule 9)."""
+    options = SimOptions(
+        loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
+        scan_fraction=0.15, snapshot_fraction=0.1,
+    )
+    summary = run_many([287], options)
+    assert summary["failovers"] >= 1 and summary["anomalies"] == 0, summary.get("first_failure")
+    broken = run_many([287], SimOptions(**{**options.__dict__, "break_step": "stamps"}))
+    assert "dependency-closure" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
