@@ -122,6 +122,8 @@ async def wait_caught_up(
     Returns ``{"behind": {region: the greatest shortfall of its followers, in counter
     values (0: caught up)}, "waited_s": seconds}``.
     """
+    from store.core.errors import Unavailable
+
     started = time.monotonic()
     _, leaders = await client.cluster_map()
     dead = dead or set()
@@ -139,7 +141,12 @@ async def wait_caught_up(
     while True:
         shortfalls = {}
         for shard, region in pending:
-            snapshot = await client.read_snapshot([probes[shard]], region=region)
+            try:
+                snapshot = await client.read_snapshot([probes[shard]], region=region)
+            except Unavailable:
+                # A restarted follower still copying its state: behind by all it lacks.
+                shortfalls[shard, region] = max(target.values())
+                continue
             shortfalls[shard, region] = max(max(0, target[s] - snapshot.vw[s]) for s in target)
         pending = [replica for replica, shortfall in shortfalls.items() if shortfall > 0]
         if not pending or time.monotonic() - started > timeout_s:

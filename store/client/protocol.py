@@ -417,6 +417,8 @@ class ClientProtocol:
             if isinstance(exc, SessionError):
                 yield ForgetSession(address)
             raise Unavailable(f"follower {address} of shard {shard}: {exc}") from None
+        if isinstance(reply, Outcome):  # refused: rejoining, or not a follower (any more)
+            raise _error(reply)
         if not isinstance(reply, SnapshotReply) or reply.req_id != request.req_id:
             raise Unavailable(f"follower {address} of shard {shard} answered oddly")
         return reply

@@ -188,11 +188,21 @@ class ReplicaHost:
             message = codec.decode(payload)
             if not isinstance(message, kind):
                 raise InvalidRequest(f"expected a {kind.__name__}")
-            if not isinstance(message, self.replica.ANSWERS):
-                raise InvalidRequest(f"{kind.__name__} is not served here")
-        except InvalidRequest:
+        except InvalidRequest as exc:
             self.counters["bad_requests"] += 1
-            return b""
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        if not isinstance(message, self.replica.ANSWERS):
+            # Not now (a restarted follower still copying its state), or not here (this
+            # replica leads its shard now): the client asks elsewhere or again.
+            why = (
+                "it is rejoining (copying a live replica's state)"
+                if getattr(self.replica, "rejoining", False) else
+                f"it is a {type(self.replica).__name__}"
+            )
+            return codec.encode(Outcome(
+                0, Status.UNAVAILABLE, None, EMPTY,
+                f"{self.replica.address} does not serve {kind.__name__} now: {why}",
+            ))
         self._answer_synchronously(handle, message)
         return None
 

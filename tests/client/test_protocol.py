@@ -287,3 +287,14 @@ def test_not_a_leader_on_the_first_send_is_unavailable() -> None:
     driver.protocol.cm_members = []  # no map to refresh: the error reaches the caller
     with pytest.raises(Unavailable):
         driver.run(driver.protocol.run(0, "p", [], False, False))
+
+
+def test_a_follower_that_cannot_serve_a_snapshot_read_now_says_why() -> None:
+    """A restarted follower still copying its state refuses snapshot reads with a typed
+    Unavailable that names the reason (it used to answer nothing a client could decode)."""
+    from store.core.follower import SnapshotRead
+
+    refusal = outcome(Status.UNAVAILABLE, detail="f/0 does not serve SnapshotRead now: rejoining")
+    driver = Driver(answers(refusal))
+    with pytest.raises(Unavailable, match="rejoining"):
+        driver.run(driver.protocol.snapshot(0, "f/0", SnapshotRead(1, ["t/a"], [])))
