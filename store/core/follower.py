@@ -64,11 +64,11 @@ from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import VersionedStore
 from store.core.transfer import (
     FollowerState,
+    StateDecoder,
     StatePiece,
     StateRequest,
     StateServer,
     StoreSnapshot,
-    decode_state,
 )
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
@@ -168,7 +168,7 @@ class ShardFollower:
         self._transfer_sources: list[str] = []
         self._transfer_source = 0
         self._transfer_id = 0
-        self._transfer_data = bytearray()
+        self._transfer = StateDecoder()
         self._transfer_deadline: int | None = None
         self._votes_from: int | None = None  # see _check_voting
         self._kept_acceptor = acceptor is not None
@@ -382,32 +382,36 @@ class ShardFollower:
         ] + [cluster_map.leaders[self.shard]]
         self._transfer_source = source % len(self._transfer_sources)
         self._transfer_id += 1
-        self._transfer_data = bytearray()
+        # Versions go into a fresh store as they are decoded (one a failed copy half filled
+        # is dropped here).
+        self.store = VersionedStore()
+        self._transfer = StateDecoder(into=self.store)
         self.transfers_started += 1
         self._ask_piece()
 
     def _ask_piece(self) -> None:
         request = StateRequest(
-            self.address, self._transfer_id, self.shard, len(self._transfer_data),
+            self.address, self._transfer_id, self.shard, self._transfer.size,
             self.settings.transfer_piece_bytes,
         )
         self._outbox.append((self._transfer_sources[self._transfer_source], request))
 
     def _on_state_piece(self, now_ns: int, piece: StatePiece) -> None:
-        data = self._transfer_data
-        if piece.req_id != self._transfer_id or piece.offset != len(data):
+        transfer = self._transfer
+        received = transfer.size
+        if piece.req_id != self._transfer_id or piece.offset != received:
             return  # a late answer to an abandoned transfer, or a duplicate
-        if piece.total == 0 or piece.shard != self.shard or len(data) + len(piece.data) > piece.total:
+        if piece.total == 0 or piece.shard != self.shard or received + len(piece.data) > piece.total:
             self._start_transfer(now_ns, self._transfer_source + 1)  # refused: ask another
             return
-        data += piece.data
-        self.transfer_bytes += len(piece.data)
-        self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
-        if piece.more or len(data) < piece.total:
-            self._ask_piece()
-            return
         try:
-            state = decode_state(bytes(data))
+            transfer.feed(piece.data)  # decoded as it comes
+            self.transfer_bytes += len(piece.data)
+            self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
+            if piece.more or transfer.size < piece.total:
+                self._ask_piece()
+                return
+            state = transfer.finish()
         except InvalidRequest:
             self._start_transfer(now_ns, self._transfer_source + 1)
             return
@@ -495,7 +499,7 @@ class ShardFollower:
         self.applied_records = state.applied_records
         self.rejoining = False
         self._transfer_deadline = None
-        self._transfer_data = bytearray()
+        self._transfer = StateDecoder()
         self._votes_from = None
         del self.ANSWERS  # back to the class's: snapshot reads and state requests
         if self._probe is not None:

@@ -45,12 +45,13 @@ import msgpack
 
 from store.core.cm import ClusterMap, cluster_map_from_wire
 from store.core.epoch import StreamEpochs
+from store.core.errors import InvalidRequest
 from store.core.messages import Message
 from store.core.paxos import Ballot, Entry
 from store.core.paxos.messages import entry_from_wire, entry_to_wire
 from store.core.storage import ROLLED_BACK, VersionedStore
 from store.core.vclock import VectorClock
-from store.core.wirecheck import Fields, decode_tagged
+from store.core.wirecheck import Fields
 
 STATE_TAG = 1
 STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
@@ -341,7 +342,7 @@ def _epochs(ended: Any, valid_watermark: Any, finalized: Any) -> StreamEpochs:
     return epochs
 
 
-def _build(f: list[Any]) -> FollowerState:
+def _build(f: list[Any], chains: list[tuple[str, Chain]]) -> FollowerState:
     return FollowerState(
         shard=_int(f[1], "shard"),
         slot=_int(f[2], "slot"),
@@ -351,7 +352,7 @@ def _build(f: list[Any]) -> FollowerState:
         vw=VectorClock.from_wire(f[6]),
         epochs=_epochs(f[7], f[8], f[9]),
         cluster_map=None if f[10] is None else cluster_map_from_wire(f[10]),
-        chains=[(_str(key, "key"), _chain(chain)) for key, chain in _pairs(f[11], "chains")],
+        chains=chains,
         speculative={
             _int(epoch, "epoch"): _speculative(items)
             for epoch, items in _pairs(f[12], "speculative")
@@ -363,8 +364,92 @@ def _build(f: list[Any]) -> FollowerState:
     )
 
 
+_STATE_FIELDS = 17
+_CHAINS_AT = 11  # the field that holds the chains
+
+
+class StateDecoder:
+    """The rejoiner's side: decodes a state as its pieces arrive (``feed``), key by key, so
+    that the last piece does not stop the rejoiner for as long as decoding the whole state
+    would (0.8 s for a 16 MB TPC-C shard); ``finish`` checks it is complete. Anything
+    malformed is an ``InvalidRequest``, from ``feed`` or ``finish``. With ``into``, each
+    key's versions go straight into that (fresh) store and the state's ``chains`` is empty;
+    a transfer that fails half way leaves it half filled: start again with a new store."""
+
+    def __init__(self, into: VersionedStore | None = None) -> None:
+        self._into = into
+        self._unpacker = msgpack.Unpacker(
+            raw=False, strict_map_key=False, use_list=True, max_buffer_size=STATE_BYTES_MAX
+        )
+        self._arity: int | None = None
+        self._fields: list[Any] = []
+        self._chains_left: int | None = None
+        self.chains: list[tuple[str, Chain]] = []
+        self.size = 0  # bytes fed
+
+    def feed(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > STATE_BYTES_MAX:
+            raise _bad(f"larger than {STATE_BYTES_MAX} bytes")
+        self._unpacker.feed(data)
+        try:
+            self._advance()
+        except InvalidRequest:
+            raise
+        except Exception as exc:  # msgpack raises many types on garbage; all mean the same
+            raise _bad(f"not msgpack or not a state ({type(exc).__name__})") from None
+
+    def _advance(self) -> None:
+        unpacker, fields = self._unpacker, self._fields
+        while len(fields) < _STATE_FIELDS:
+            try:
+                if self._arity is None:
+                    self._arity = unpacker.read_array_header()
+                    if self._arity != _STATE_FIELDS:
+                        raise _bad(f"expected {_STATE_FIELDS} fields, got {self._arity}")
+                elif len(fields) != _CHAINS_AT:
+                    fields.append(unpacker.unpack())
+                    if len(fields) == 1 and fields[0] != STATE_TAG:
+                        raise _bad(f"unknown tag {fields[0]!r}")
+                elif self._chains_left is None:
+                    self._chains_left = unpacker.read_array_header()
+                elif self._chains_left:
+                    raw = unpacker.unpack()
+                    if type(raw) is not list or len(raw) != 2:
+                        raise _bad("chains: each item is a pair")
+                    key, chain = _str(raw[0], "key"), _chain(raw[1])
+                    if self._into is None:
+                        self.chains.append((key, chain))
+                    else:
+                        for value, deleted, vc, epoch, txn_id in chain:
+                            self._into.install(key, value, deleted, vc, epoch, txn_id)
+                    self._chains_left -= 1
+                else:
+                    fields.append(None)  # the chains, decoded above
+            except msgpack.OutOfData:
+                return
+
+    def finish(self) -> FollowerState:
+        if len(self._fields) < _STATE_FIELDS:
+            raise _bad("truncated")
+        try:
+            self._unpacker.unpack()
+        except msgpack.OutOfData:
+            pass
+        except Exception:
+            raise _bad("trailing bytes") from None
+        else:
+            raise _bad("trailing bytes")
+        try:
+            return _build(self._fields, self.chains)
+        except InvalidRequest:
+            raise
+        except Exception as exc:  # a field of an unexpected shape deep inside
+            raise _bad(type(exc).__name__) from None
+
+
 def decode_state(data: bytes | bytearray | memoryview) -> FollowerState:
     """``encode_state``'s inverse; ``InvalidRequest`` for anything malformed."""
-    return decode_tagged(
-        data, {STATE_TAG: (17, _build)}, _FIELDS, STATE_BYTES_MAX, strict_map_key=False
-    )
+    decoder = StateDecoder()
+    decoder.feed(bytes(data))
+    return decoder.finish()

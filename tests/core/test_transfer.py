@@ -27,6 +27,7 @@ from store.core.paxos import (
 from store.core.storage import VersionedStore
 from store.core.transfer import (
     FollowerState,
+    StateDecoder,
     StateRequest,
     StateServer,
     StoreSnapshot,
@@ -87,6 +88,29 @@ def test_a_state_without_a_map_or_fvw_round_trips() -> None:
 def test_garbage_is_an_invalid_request(data: bytes) -> None:
     with contextlib.suppress(InvalidRequest):
         decode_state(data)
+
+
+@given(st.lists(st.integers(min_value=1, max_value=200), max_size=40))
+def test_a_state_decoded_piece_by_piece_is_the_state(cuts: list[int]) -> None:
+    """The rejoiner decodes pieces as they come: however the bytes are cut, the result is
+    the state."""
+    state = sample_state()
+    data = encode_state(state)
+    decoder = StateDecoder()
+    at = 0
+    for cut in cuts:
+        decoder.feed(data[at : at + cut])
+        at += cut
+    decoder.feed(data[at:])
+    assert decoder.finish() == state
+
+
+def test_trailing_bytes_or_a_wrong_tag_are_invalid() -> None:
+    data = encode_state(sample_state())
+    with pytest.raises(InvalidRequest, match="trailing"):
+        decode_state(data + b"\x01")
+    with pytest.raises(InvalidRequest, match="tag"):
+        decode_state(data[:3] + b"\x02" + data[4:])  # after the 17-field array16 header
 
 
 def test_a_truncated_state_is_an_invalid_request() -> None:
@@ -152,6 +176,13 @@ def test_a_store_that_changes_while_it_is_sent_gives_the_state_it_had_when_taken
     assert step > 10  # it took many pieces
     assert not server.holding(step)  # encoded: the store may collect again
     assert dict(decode_state(data).chains) == expected
+    # The rejoiner puts the versions straight into its store as the pieces come.
+    copy = VersionedStore()
+    decoder = StateDecoder(into=copy)
+    for at in range(0, len(data), 512):
+        decoder.feed(data[at : at + 512])
+    assert decoder.finish().chains == []
+    assert dict(version_chains(copy)) == {key: chain for key, chain in expected.items() if chain}
 
 
 def test_a_transfer_nobody_asks_for_stops_holding_the_store() -> None:
