@@ -245,8 +245,9 @@ class ShardFollower:
             forget = self.stream.learner.delivered_through - self.stream_settings.log_retained_slots
             if forget > acceptor.forgotten_before:
                 acceptor.forget_before(forget)
-                for slot in [s for s in self._recent if s < forget]:
-                    del self._recent[slot]
+                recent = self._recent  # in slot order: the oldest first
+                while recent and next(iter(recent)) < forget:
+                    del recent[next(iter(recent))]
         acceptor = self.stream.acceptor
         for slot, entry in ready.chosen:
             self.applied_slots += 1

@@ -57,8 +57,13 @@ STATE_TAG = 1
 STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
 # Transfers a source keeps at once (a new one evicts the oldest).
 TRANSFERS_KEPT = 2
-# Keys whose versions one step of encoding packs; a piece takes as many steps as it needs.
-KEYS_PER_STEP = 32
+# Keys (with their versions), or kept stream entries, that one step of encoding packs; a
+# piece takes as many steps as it needs.
+ITEMS_PER_STEP = 32
+# The state's layout: 17 fields; the chains and the kept stream entries go item by item.
+_STATE_FIELDS = 17
+_CHAINS_AT = 11
+_RECENT_AT = 14
 
 # (txn_id, vc, keys written): a replayed transaction an FVW may still roll back.
 Speculative = tuple[int, VectorClock, list[str]]
@@ -228,9 +233,12 @@ def encode_state(state: FollowerState) -> bytes:
 
 
 def encode_state_steps(state: FollowerState) -> Iterator[bytes]:
-    """The msgpack encoding of ``[STATE_TAG, shard, ..., chains, ...]`` (17 fields), in
-    steps: the head, then ``KEYS_PER_STEP`` keys' versions at a time, then the tail. The
-    chains are read as the steps are taken (``StoreSnapshot``)."""
+    """The msgpack encoding of ``[STATE_TAG, shard, ..., chains, ..., recent, ...]`` (17
+    fields), in steps: the head, ``ITEMS_PER_STEP`` keys' versions at a time, the middle,
+    ``ITEMS_PER_STEP`` kept entries at a time, the end. The chains are read as the steps
+    are taken (``StoreSnapshot``); everything else that can change at the source is packed
+    now, and the kept entries (up to ``log_retained_slots``, never changed once chosen) are
+    only listed now."""
     packer = msgpack.Packer(use_bin_type=True)
     pack = packer.pack
     fvw_applied = state.fvw_applied + 1  # -1 (none) travels as 0: integers are non-negative
@@ -241,38 +249,48 @@ def encode_state_steps(state: FollowerState) -> Iterator[bytes]:
         [[e, w] for e, w in sorted(state.epochs.finalized.items())],
         state.cluster_map.to_wire() if state.cluster_map is not None else None,
     ]
-    tail: list[Any] = [
+    middle: list[Any] = [
         [
             [epoch, [[txn, vc.to_wire(), keys] for txn, vc, keys in items]]
             for epoch, items in sorted(state.speculative.items())
         ],
         [[epoch, mark, vw.to_wire()] for epoch, mark, vw in state.held_visibility],
-        [[slot, entry_to_wire(entry)] for slot, entry in sorted(state.recent.items())],
-        state.applied_slots, state.applied_records,
     ]
-    # Everything but the chains is packed now: the source goes on changing it.
+    recent = sorted(state.recent.items())
     first = b"".join([
-        packer.pack_array_header(17), *map(pack, head),
+        packer.pack_array_header(_STATE_FIELDS), *map(pack, head),
         packer.pack_array_header(len(state.chains)),
     ])
-    last = b"".join(map(pack, tail))
-    return _steps(first, state.chains, last, pack)
+    second = b"".join([*map(pack, middle), packer.pack_array_header(len(recent))])
+    last = b"".join(map(pack, [state.applied_slots, state.applied_records]))
+    return _steps(first, state.chains, second, recent, last, pack)
 
 
 def _steps(
-    first: bytes, chains: Iterable[tuple[str, Chain]], last: bytes, pack: Callable[[Any], bytes]
+    first: bytes,
+    chains: Iterable[tuple[str, Chain]],
+    second: bytes,
+    recent: list[tuple[int, Entry]],
+    last: bytes,
+    pack: Callable[[Any], bytes],
 ) -> Iterator[bytes]:
-    yield first
-    step: list[bytes] = []
+    step: list[bytes] = [first]
     for key, chain in chains:
         step.append(pack([
             key,
             [[value, deleted, vc.to_wire(), epoch, txn] for value, deleted, vc, epoch, txn in chain],
         ]))
-        if len(step) >= KEYS_PER_STEP:
+        if len(step) >= ITEMS_PER_STEP:
             yield b"".join(step)
             step = []
-    yield b"".join([*step, last])
+    step.append(second)
+    for slot, entry in recent:
+        step.append(pack([slot, entry_to_wire(entry)]))
+        if len(step) >= ITEMS_PER_STEP:
+            yield b"".join(step)
+            step = []
+    step.append(last)
+    yield b"".join(step)
 
 
 _FIELDS = Fields("transferred state")
@@ -342,7 +360,9 @@ def _epochs(ended: Any, valid_watermark: Any, finalized: Any) -> StreamEpochs:
     return epochs
 
 
-def _build(f: list[Any], chains: list[tuple[str, Chain]]) -> FollowerState:
+def _build(
+    f: list[Any], chains: list[tuple[str, Chain]], recent: dict[int, Entry]
+) -> FollowerState:
     return FollowerState(
         shard=_int(f[1], "shard"),
         slot=_int(f[2], "slot"),
@@ -358,14 +378,10 @@ def _build(f: list[Any], chains: list[tuple[str, Chain]]) -> FollowerState:
             for epoch, items in _pairs(f[12], "speculative")
         },
         held_visibility=_held(f[13]),
-        recent={_int(slot, "slot"): entry_from_wire(entry) for slot, entry in _pairs(f[14], "recent")},
+        recent=recent,
         applied_slots=_int(f[15], "applied_slots"),
         applied_records=_int(f[16], "applied_records"),
     )
-
-
-_STATE_FIELDS = 17
-_CHAINS_AT = 11  # the field that holds the chains
 
 
 class StateDecoder:
@@ -383,8 +399,9 @@ class StateDecoder:
         )
         self._arity: int | None = None
         self._fields: list[Any] = []
-        self._chains_left: int | None = None
+        self._items_left: int | None = None  # of the field sent item by item now
         self.chains: list[tuple[str, Chain]] = []
+        self.recent: dict[int, Entry] = {}
         self.size = 0  # bytes fed
 
     def feed(self, data: bytes) -> None:
@@ -407,27 +424,33 @@ class StateDecoder:
                     self._arity = unpacker.read_array_header()
                     if self._arity != _STATE_FIELDS:
                         raise _bad(f"expected {_STATE_FIELDS} fields, got {self._arity}")
-                elif len(fields) != _CHAINS_AT:
+                elif len(fields) != _CHAINS_AT and len(fields) != _RECENT_AT:
                     fields.append(unpacker.unpack())
                     if len(fields) == 1 and fields[0] != STATE_TAG:
                         raise _bad(f"unknown tag {fields[0]!r}")
-                elif self._chains_left is None:
-                    self._chains_left = unpacker.read_array_header()
-                elif self._chains_left:
+                elif self._items_left is None:
+                    self._items_left = unpacker.read_array_header()
+                elif self._items_left:
                     raw = unpacker.unpack()
                     if type(raw) is not list or len(raw) != 2:
-                        raise _bad("chains: each item is a pair")
-                    key, chain = _str(raw[0], "key"), _chain(raw[1])
-                    if self._into is None:
-                        self.chains.append((key, chain))
+                        raise _bad("chains and kept entries: each item is a pair")
+                    if len(fields) == _RECENT_AT:
+                        self.recent[_int(raw[0], "slot")] = entry_from_wire(raw[1])
                     else:
-                        for value, deleted, vc, epoch, txn_id in chain:
-                            self._into.install(key, value, deleted, vc, epoch, txn_id)
-                    self._chains_left -= 1
+                        self._chain_item(_str(raw[0], "key"), _chain(raw[1]))
+                    self._items_left -= 1
                 else:
-                    fields.append(None)  # the chains, decoded above
+                    fields.append(None)  # decoded above
+                    self._items_left = None
             except msgpack.OutOfData:
                 return
+
+    def _chain_item(self, key: str, chain: Chain) -> None:
+        if self._into is None:
+            self.chains.append((key, chain))
+        else:
+            for value, deleted, vc, epoch, txn_id in chain:
+                self._into.install(key, value, deleted, vc, epoch, txn_id)
 
     def finish(self) -> FollowerState:
         if len(self._fields) < _STATE_FIELDS:
@@ -441,7 +464,7 @@ class StateDecoder:
         else:
             raise _bad("trailing bytes")
         try:
-            return _build(self._fields, self.chains)
+            return _build(self._fields, self.chains, self.recent)
         except InvalidRequest:
             raise
         except Exception as exc:  # a field of an unexpected shape deep inside
