@@ -23,8 +23,9 @@ Reported (``--json``):
   hold (must be 0); ``epoch``: the cluster map's epoch at the end;
 * ``plot``: a PNG timeline of commits per second per shard, kills marked.
 
-Not measured: a restarted process rejoining (``meridian up`` does not restart the dead
-yet), failures of a follower or a configuration manager member, and partitions.
+The killed process is started again a second later, as ``meridian up`` does, and rejoins
+as a follower. Not measured: how long that rejoin takes, failures of a follower or a
+configuration manager member, and partitions (``python -m jepsen run`` injects those).
 
     python bench/failover.py [--duration 25] [--kill-at 10] [--json]
 """
@@ -219,7 +220,7 @@ def summarize(run: dict[str, Any], args: argparse.Namespace, shards: int) -> dic
         "clients": args.clients,
         "shards": shards,
         "rtt_ms": args.rtt_ms,
-        "not_measured": "restart and rejoin of the killed process; follower or CM failures; partitions",
+        "not_measured": "how long the restarted process takes to rejoin; follower or CM failures; partitions",
     }
 
 
