@@ -409,7 +409,7 @@ class ShardFollower:
             transfer.feed(piece.data)  # decoded as it comes
             self.transfer_bytes += len(piece.data)
             self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
-            if piece.more or transfer.size < piece.total:
+            if piece.more:
                 self._ask_piece()
                 return
             state = transfer.finish()

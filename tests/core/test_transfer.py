@@ -33,6 +33,7 @@ from store.core.transfer import (
     StoreSnapshot,
     decode_state,
     encode_state,
+    encode_state_steps,
     version_chains,
 )
 from store.core.vclock import VectorClock
@@ -185,6 +186,28 @@ def test_a_store_that_changes_while_it_is_sent_gives_the_state_it_had_when_taken
     assert dict(version_chains(copy)) == {key: chain for key, chain in expected.items() if chain}
 
 
+def test_a_piece_that_ends_where_the_encoding_has_got_to_says_more_follows() -> None:
+    """The source encodes as far as each piece needs: a piece may end exactly at the bytes
+    encoded so far (its ``total``) while more are still to come; ``more`` says so, and the
+    rejoiner asks again rather than take a prefix for the state."""
+    store = VersionedStore()
+    for n in range(100):  # several steps of encoding
+        store.install(f"t/{n:04}", n, False, VectorClock({0: n + 1}), 0, n + 1)
+    state = sample_state()
+    state.chains = version_chains(store)
+    first_step = len(next(encode_state_steps(state)))
+    assert first_step < len(encode_state(state))
+    server = StateServer(0, piece_bytes=first_step, idle_ns=1000)
+    piece = server.serve(StateRequest("r", 1, 0, 0, first_step), lambda: state, 0)
+    assert len(piece.data) == piece.total == first_step
+    assert piece.more
+    data = piece.data
+    while piece.more:
+        piece = server.serve(StateRequest("r", 1, 0, len(data), first_step), lambda: state, 0)
+        data += piece.data
+    assert decode_state(data) == state
+
+
 def test_a_transfer_nobody_asks_for_stops_holding_the_store() -> None:
     state = sample_state()
     store = VersionedStore()
@@ -230,3 +253,46 @@ def test_an_acceptor_that_never_restarted_is_unchanged() -> None:
     assert acceptor.voting
     acceptor.learned(1, INF)  # only a restarted acceptor reports what it learned
     assert acceptor.accepted(1) is None
+
+
+def test_a_copy_given_up_half_way_leaves_nothing_in_the_rejoiners_store() -> None:
+    """The rejoiner puts versions into its store as pieces come; when a copy stalls and it
+    asks the next source, what the first copy had put there goes: the store ends up holding
+    exactly the state it installed."""
+    from store.core.cm import ConfigReply
+    from store.core.follower import ShardFollower
+    from store.core.settings import DEFAULT_SETTINGS
+
+    settings = DEFAULT_SETTINGS.with_overrides(transfer_piece_bytes=512)
+    rejoiner = ShardFollower(0, "a", settings=settings, rejoining=True)
+    state = sample_state()  # its map: shard 0 led by "b", followers "a" and "c"
+    assert state.cluster_map is not None
+    rejoiner.handle(0, "cm", ConfigReply(0, state.cluster_map, "cm"))
+
+    def asked() -> StateRequest:
+        ((_, request),) = rejoiner.ready().messages
+        assert isinstance(request, StateRequest)
+        return request
+
+    # The first source, "c", sends one piece of a state with 100 keys, then nothing.
+    stalled = sample_state()
+    big = VersionedStore()
+    for n in range(100):
+        big.install(f"u/{n:04}", n, False, VectorClock({0: n + 1}), 0, n + 1)
+    stalled.chains = version_chains(big)
+    first = asked()
+    piece = StateServer(0, 512, 1000).serve(first, lambda: stalled, 0)
+    assert piece.more
+    rejoiner.handle(0, "c", piece)
+    assert rejoiner.store.key_count() > 0  # decoded as it came
+    asked()  # the next piece, never answered
+    rejoiner.tick(settings.transfer_retry_ns + 1)  # so it asks the leader, "b"
+    request, server = asked(), StateServer(0, 512, 1000)
+    while True:
+        piece = server.serve(request, lambda: state, 0)
+        rejoiner.handle(0, "b", piece)
+        if not piece.more:
+            break
+        request = asked()
+    assert not rejoiner.rejoining
+    assert dict(version_chains(rejoiner.store)) == {k: c for k, c in state.chains if c}

@@ -13,11 +13,19 @@ and followers equal to their leaders.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from store.cli import main
 from store.sim.run import SimOptions, run_many
+
+# The options of the 1000-seed runs (`meridian sim --regions 3 --shards 3 --loss 0.05
+# --partitions --crashes --duration-ms 2000`) that found the seeds replayed below.
+SEED_RUN = SimOptions(
+    loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
+    scan_fraction=0.15, snapshot_fraction=0.1,
+)
 
 
 @pytest.mark.parametrize("workload", ["list-append", "bank"])
@@ -78,13 +86,9 @@ def test_a_restarted_replica_that_votes_before_it_has_caught_up_loses_a_commit()
     that leader could form a majority without the one replica holding them and lose
     committed transactions. It waits until it has caught up with the current leader
     (Acceptor, restarted)."""
-    options = SimOptions(
-        loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
-        scan_fraction=0.15, snapshot_fraction=0.1,
-    )
-    summary = run_many([34], options)
+    summary = run_many([34], SEED_RUN)
     assert summary["restarts"] >= 1 and summary["anomalies"] == 0, summary.get("first_failure")
-    broken = run_many([34], SimOptions(**{**options.__dict__, "break_step": "rejoin-vote"}))
+    broken = run_many([34], replace(SEED_RUN, break_step="rejoin-vote"))
     assert "lost-committed" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
 
 
@@ -94,11 +98,7 @@ def test_seed_499_of_the_first_crash_run_stays_clean() -> None:
     only its own epoch, so epoch 2's FVW never completed). Since the crash nemesis also
     restarts replicas, this seed no longer has that schedule (one failover now); it is
     kept as a clean crash seed, and the 1000-seed runs are what cover skipped epochs."""
-    options = SimOptions(
-        loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
-        scan_fraction=0.15, snapshot_fraction=0.1,
-    )
-    summary = run_many([499], options)
+    summary = run_many([499], SEED_RUN)
     assert summary["failovers"] >= 1
     assert summary["anomalies"] == 0, summary.get("first_failure")
 
@@ -110,11 +110,7 @@ def test_a_new_leaders_writers_dominate_the_readers_its_predecessor_validated() 
     stamps, so an epoch-2 writer of that key missed the reader's shard-2 entry and became
     durable before it (dependency-closure). A new leader's writers now dominate the base of
     its epoch on every shard until the vector watermark passes it (rule 9)."""
-    options = SimOptions(
-        loss=0.05, regions=3, shards=3, partitions=True, crashes=True, duration_ms=2000,
-        scan_fraction=0.15, snapshot_fraction=0.1,
-    )
-    summary = run_many([287], options)
+    summary = run_many([287], SEED_RUN)
     assert summary["failovers"] >= 1 and summary["anomalies"] == 0, summary.get("first_failure")
-    broken = run_many([287], SimOptions(**{**options.__dict__, "break_step": "stamps"}))
+    broken = run_many([287], replace(SEED_RUN, break_step="stamps"))
     assert "dependency-closure" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
