@@ -55,7 +55,7 @@ from store.core.errors import InvalidRequest, Unavailable
 from store.core.follower import SnapshotRead
 from store.core.partition import Partitioner
 from store.core.settings import DEFAULT_SETTINGS
-from store.core.txn import OPS_PROCEDURE, check_ops
+from store.core.txn import OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
 from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionClosed
 from store.rpc.aio import Rpc, new_event_loop
@@ -182,7 +182,7 @@ class Client:
         return TxnBuilder(self)
 
     async def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
-        check_ops(ops, DEFAULT_SETTINGS)
+        OpList(ops, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
         if route is None and ops:
             route = ops[0][1]
         result: list[Any] = (await self._run(OPS_PROCEDURE, [ops], route, speculative=False)).result
@@ -192,7 +192,7 @@ class Client:
         self, ops: list[list[Any]], *, route: str | int | None = None
     ) -> TxnResult:
         """``run_ops`` with latencies and the number of attempts (conflict retries + 1)."""
-        check_ops(ops, DEFAULT_SETTINGS)
+        OpList(ops, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
         if route is None and ops:
             route = ops[0][1]
         return await self._run(OPS_PROCEDURE, [ops], route, speculative=False, detailed=True)

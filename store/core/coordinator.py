@@ -2,17 +2,18 @@
 
 Theory of operation. The coordinator is the leader that received the transaction. It
 
-1. **executes** the procedure by driving its coroutine with ``send``: each ``ReadBatch`` it
-   yields is served from the local participant at once, or by ``ReadRequest``s to the
-   owning shards (the coroutine stays parked until every reply is in). Reads record
-   ``(key, vid)`` per shard and fold the version's vector clock into ``read_vc``;
+1. **executes** the procedure or operation list (``store.core.execution``). An operation
+   list whose keys are all on this shard takes the short path: it is read, run and
+   certified by the participant in one step (``Participant.run_local``), and answered
+   COMMITTED in the same step when the local watermark already covers its clock;
 2. **certifies** it: a transaction that touches one shard is certified there in one step
    (locally, or by one ``SoloRequest``); otherwise it locks the write set on every write
    shard (each draws a counter), then validates the read set on every read shard, and on
    success installs the writes everywhere tagged with
    ``vc = read_vc ⊔ {shard: counter}``. Any failed round aborts and releases what was taken;
 3. answers the client: CERTIFIED as soon as the decision is made (if asked), COMMITTED once
-   ``vc`` is at or below the known vector watermark.
+   ``vc`` is at or below the known vector watermark (``ClockWaits``, shared with the
+   participant, calls it back when the watermark gets there).
 
 Requests to other shards are retransmitted until answered (the participant side is
 idempotent), so lost, duplicated and reordered messages are harmless. Before the decision,
@@ -36,6 +37,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.core.errors import InvalidRequest, Status, UnknownProcedure
+from store.core.execution import (
+    ABORTING,
+    DECIDED,
+    EXECUTING,
+    LOCKING,
+    SOLO,
+    VALIDATING,
+    Execution,
+    Transaction,
+)
 from store.core.messages import (
     AbortReply,
     AbortRequest,
@@ -45,33 +56,21 @@ from store.core.messages import (
     LockRequest,
     Message,
     Outcome,
-    ReadItem,
-    ReadReply,
-    ReadRequest,
-    RecordedScan,
     SoloReply,
     SoloRequest,
     Submit,
     ValidateReply,
     ValidateRequest,
-    Write,
 )
 from store.core.participant import Participant
 from store.core.partition import Partitioner
 from store.core.settings import Settings
-from store.core.txn import Procedures, ReadBatch, Tx, UserAbort
+from store.core.txn import OPS_PROCEDURE, OpList, Procedures, Tx
 from store.core.vclock import EMPTY, VectorClock
-from store.core.watermark import VectorWatermark
+from store.core.watermark import ClockWaits, VectorWatermark
 
 # A coordinator's transaction ids in epoch e start at (e << TXN_SEQ_EPOCH_SHIFT) + 1.
 TXN_SEQ_EPOCH_SHIFT = 28
-
-EXECUTING = 1
-LOCKING = 2
-VALIDATING = 3
-SOLO = 4
-DECIDED = 5  # certified: installs may still be in flight
-ABORTING = 6  # aborted: abort requests may still be in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,72 +95,7 @@ class Certification:
 CertifiedObserver = Callable[[Certification], None]
 
 
-class _Txn:
-    __slots__ = (
-        "batch",
-        "batch_items",
-        "batch_scans",
-        "certified",
-        "client_id",
-        "conflict",
-        "coro",
-        "counters",
-        "deps",
-        "durable",
-        "epoch",
-        "executed_at",
-        "full_vc",
-        "phase",
-        "read_count",
-        "read_from",
-        "read_vc",
-        "reads",
-        "reply_to",
-        "req_no",
-        "result_value",
-        "scans",
-        "seq",
-        "tx",
-        "txn_id",
-        "vc",
-        "waiting",
-        "want_certified",
-        "write_shards",
-    )
-
-    def __init__(self, txn_id: int, submit: Submit, reply_to: str, tx: Tx, epoch: int) -> None:
-        self.txn_id = txn_id
-        self.epoch = epoch
-        self.client_id = submit.client_id
-        self.seq = submit.seq
-        self.want_certified = submit.want_certified
-        self.reply_to = reply_to
-        self.tx = tx
-        self.coro: Any = None
-        self.phase = EXECUTING
-        self.batch: ReadBatch | None = None
-        self.batch_items: dict[str, ReadItem] = {}
-        self.batch_scans: list[list[ReadItem]] = []
-        self.req_no = 0
-        self.waiting: set[int] = set()
-        self.reads: dict[int, dict[str, int]] = {}
-        self.scans: dict[int, list[RecordedScan]] = {}
-        self.read_vc = EMPTY
-        self.read_from: list[tuple[str, int]] = []
-        self.read_count = 0
-        self.conflict = False
-        self.counters: dict[int, int] = {}
-        self.deps = EMPTY
-        self.durable = EMPTY
-        self.full_vc = EMPTY
-        self.write_shards: dict[int, list[Write]] = {}
-        self.vc = EMPTY
-        self.certified = False
-        self.result_value: Any = None
-        self.executed_at = 0  # when the procedure finished: its reads were all made
-
-
-class Coordinator:
+class Coordinator(Execution):
     def __init__(
         self,
         shard: int,
@@ -174,6 +108,7 @@ class Coordinator:
         send: Callable[[int, Message], None],
         reply: Callable[[str, Outcome], None],
         observer: CertifiedObserver | None = None,
+        waits: ClockWaits | None = None,
     ) -> None:
         assert 0 <= coordinator_id < 1 << 16
         self.shard = shard
@@ -188,7 +123,7 @@ class Coordinator:
         self._reply = reply
         self._observer = observer
         self._next_seq = 1
-        self._txns: dict[int, _Txn] = {}
+        self._txns: dict[int, Transaction] = {}
         self._by_client: dict[tuple[str, int], int] = {}
         self._outcomes: OrderedDict[tuple[str, int], Outcome] = OrderedDict()
         # Requests to other shards awaiting an answer: (txn_id, shard) -> [message, attempts,
@@ -197,11 +132,10 @@ class Coordinator:
         # has had with that shard.
         self._pending: dict[tuple[int, int], list[Any]] = {}
         self._retry_heap: list[tuple[int, int, int]] = []
-        # Certified transactions not yet known durable, indexed by the first shard whose
-        # watermark they wait for: a heap of (counter needed, txn_id) per shard, so a moving
-        # watermark only looks at the transactions it can release.
-        self._awaiting_commit: dict[int, _Txn] = {}
-        self._blocked_on: dict[int, list[tuple[int, int]]] = {}
+        # Certified transactions not yet known durable; each waits in ``_waits`` until its
+        # clock is under the vector watermark.
+        self._awaiting_commit: dict[int, Transaction] = {}
+        self._waits = waits if waits is not None else ClockWaits(vector_watermark.entries)
         # gave_up: undecided transactions ended because a participant stayed unreachable.
         self.counters = {
             "certified": 0, "committed": 0, "aborted": 0, "solo": 0, "gave_up": 0,
@@ -209,7 +143,7 @@ class Coordinator:
         }
         # Epochs (docs/recovery.md): transactions of ended epochs waiting for their FVW, and
         # the FVWs known.
-        self._awaiting_fvw: dict[int, dict[int, _Txn]] = {}
+        self._awaiting_fvw: dict[int, dict[int, Transaction]] = {}
         self._fvw: dict[int, dict[int, int]] = {}
         # Whether the replica can take more work now (its replication stream's backlog).
         self.admits: Callable[[], bool] = lambda: True
@@ -218,7 +152,7 @@ class Coordinator:
         # it does not let out wait in _held until it does (or forever, on a deposed leader:
         # the client's retry finds the shard's new leader).
         self.may_acknowledge: Callable[[int], bool] = lambda executed_at_ns: True
-        self._held: list[tuple[_Txn, Any, str]] = []
+        self._held: list[tuple[Transaction, Any, str]] = []
 
     # ---- client side ---------------------------------------------------------------------
 
@@ -245,21 +179,92 @@ class Coordinator:
             return
         txn_id = (self._next_seq << 16) | self.coordinator_id
         self._next_seq += 1
-        tx = Tx(self.settings)
-        txn = _Txn(txn_id, submit, src, tx, self.epoch)
-        try:
-            txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
-        except UnknownProcedure as exc:
-            self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(exc))
-            return
-        except InvalidRequest as exc:
-            self._finish_client(txn, Status.INVALID, None, str(exc))
-            return
+        if submit.procedure == OPS_PROCEDURE:
+            try:
+                args = submit.args
+                if type(args) is not list or len(args) != 1:
+                    raise InvalidRequest("an operation list is one argument")
+                ops = OpList(args[0], self.settings)
+                if self._run_local(now_ns, src, submit, key, txn_id, ops):
+                    return
+            except InvalidRequest as exc:
+                outcome = Outcome(submit.seq, Status.INVALID, None, EMPTY, str(exc))
+                self._remember(key, outcome)
+                self._reply(src, outcome)
+                return
+            txn = Transaction(txn_id, submit, src, None, self.epoch)
+            txn.ops = ops
+        else:
+            tx = Tx(self.settings)
+            txn = Transaction(txn_id, submit, src, tx, self.epoch)
+            try:
+                txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
+            except UnknownProcedure as exc:
+                self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(exc))
+                return
+            except InvalidRequest as exc:
+                self._finish_client(txn, Status.INVALID, None, str(exc))
+                return
         self._txns[txn_id] = txn
         self._by_client[key] = txn_id
         self._drive(now_ns, txn, None)
 
-    def _finish_client(self, txn: _Txn, status: Status, result: Any, detail: str) -> None:
+    def _run_local(
+        self, now_ns: int, src: str, submit: Submit, key: tuple[str, int], txn_id: int,
+        ops: OpList,
+    ) -> bool:
+        """The short path of an operation list whose keys are all on this shard: read, run
+        and certified in one step by the participant, and answered COMMITTED at once if the
+        vector watermark covers its clock. False if it must take the general path (a key
+        elsewhere, a scan, or a participant that cannot certify alone now)."""
+        if ops.batch.scans:
+            return False
+        shard_of, me = self.partitioner.shard_of, self.shard
+        for k in ops.keys:
+            if shard_of(k) != me:
+                return False
+        observed = self._observer is not None
+        ran = self.participant.run_local(txn_id, ops, self.epoch, observed)
+        if ran is None:
+            return False
+        counters = self.counters
+        counters["solo"] += 1
+        if ran is False:
+            counters["aborted"] += 1
+            outcome = Outcome(submit.seq, Status.ABORTED, None, EMPTY, "conflict")
+            self._remember(key, outcome)
+            self._reply(src, outcome)
+            return True
+        result, vc, full, writes, read_from = ran
+        counters["certified"] += 1
+        if observed:
+            assert self._observer is not None
+            self._observer(
+                Certification(txn_id, vc, full, read_from, [], writes, key, self.epoch)
+            )
+        entries = self.vw.entries
+        for shard, counter in vc.items():
+            if counter > entries.get(shard, 0):
+                break
+        else:
+            if self.may_acknowledge(now_ns):
+                counters["committed"] += 1
+                outcome = Outcome(submit.seq, Status.COMMITTED, result, vc, "")
+                self._remember(key, outcome)
+                self._reply(src, outcome)
+                return True
+        # Certified, not yet durable: it waits like any other certified transaction.
+        txn = Transaction(txn_id, submit, src, None, self.epoch)
+        txn.ops = ops
+        txn.executed_at = now_ns
+        txn.read_vc = full
+        self._txns[txn_id] = txn
+        self._by_client[key] = txn_id
+        txn.result_value = result
+        self._certified(now_ns, txn, vc, full, observe=False)
+        return True
+
+    def _finish_client(self, txn: Transaction, status: Status, result: Any, detail: str) -> None:
         if status == Status.COMMITTED and not self.may_acknowledge(txn.executed_at):
             # Still counted in flight (_by_client): a retry of it waits like the original.
             self._held.append((txn, result, detail))
@@ -277,154 +282,13 @@ class Coordinator:
         if len(self._outcomes) > self.settings.outcomes_remembered_max:
             self._outcomes.popitem(last=False)
 
-    # ---- execution -----------------------------------------------------------------------
-
-    def _drive(self, now_ns: int, txn: _Txn, value: Any) -> None:
-        while True:
-            try:
-                request = txn.coro.send(value)
-            except StopIteration as stop:
-                self._executed(now_ns, txn, stop.value)
-                return
-            except UserAbort as abort:
-                self._end_before_certify(txn, Status.USER_ABORTED, abort.reason)
-                return
-            except InvalidRequest as exc:
-                self._end_before_certify(txn, Status.INVALID, str(exc))
-                return
-            except Exception as exc:  # the procedure's own bug: report, change nothing
-                self._end_before_certify(
-                    txn, Status.PROCEDURE_FAILED, f"{type(exc).__name__}: {exc}"
-                )
-                return
-            if not isinstance(request, ReadBatch):
-                txn.coro.close()
-                self._end_before_certify(
-                    txn, Status.PROCEDURE_FAILED, "procedures may only await tx operations"
-                )
-                return
-            value = self._start_batch(now_ns, txn, request)
-            if value is None:
-                return  # parked until the remote reads are in
-
-    def _start_batch(self, now_ns: int, txn: _Txn, batch: ReadBatch) -> Any:
-        txn.read_count += len(batch.keys) + len(batch.scans)
-        if txn.read_count > self.settings.reads_per_txn_max:
-            txn.coro.close()
-            self._end_before_certify(
-                txn, Status.INVALID, f"more than {self.settings.reads_per_txn_max} reads"
-            )
-            return None
-        txn.req_no += 1
-        txn.batch = batch
-        txn.batch_items = {}
-        txn.batch_scans = [[] for _ in batch.scans]
-        keys_by_shard: dict[int, list[str]] = {}
-        shard_of = self.partitioner.shard_of
-        for key in batch.keys:
-            keys_by_shard.setdefault(shard_of(key), []).append(key)
-        scans_by_shard: dict[int, list[tuple[str, str, int]]] = {}
-        for lo, hi, limit in batch.scans:
-            for shard in self.partitioner.shards_of_range(lo, hi):
-                scans_by_shard.setdefault(shard, []).append((lo, hi, limit))
-        for shard in sorted(keys_by_shard.keys() | scans_by_shard.keys()):
-            keys = keys_by_shard.get(shard, [])
-            scans = scans_by_shard.get(shard, [])
-            if shard == self.shard:
-                self._absorb_reads(
-                    txn, shard, self.participant.read(keys), self.participant.scan_many(scans)
-                )
-            else:
-                txn.waiting.add(shard)
-                self._request(now_ns, txn.txn_id, shard, ReadRequest(txn.txn_id, txn.req_no, keys, scans))
-        if txn.waiting:
-            return None
-        return self._batch_value(txn)
-
-    def _absorb_reads(
-        self, txn: _Txn, shard: int, items: list[ReadItem], scans: list[list[ReadItem]]
-    ) -> None:
-        recorded = txn.reads.get(shard)
-        if recorded is None:
-            recorded = txn.reads[shard] = {}
-        read_vc = txn.read_vc
-        for item in items:
-            key, vid, _, _, vc, writer = item
-            previous = recorded.get(key)
-            if previous is None:
-                recorded[key] = vid
-            elif previous != vid:
-                txn.conflict = True  # the key changed between two reads: cannot certify
-            txn.batch_items[key] = item
-            txn.read_from.append((key, writer))
-            if vid:
-                read_vc = read_vc.merge(vc)
-        assert txn.batch is not None
-        if scans:
-            # The shard answered the scans it owns in the order they were asked.
-            ranges = [
-                (j, rng)
-                for j, rng in enumerate(txn.batch.scans)
-                if shard in self.partitioner.shards_of_range(rng[0], rng[1])
-            ]
-            recorded_scans = txn.scans.setdefault(shard, [])
-            for (j, (lo, hi, limit)), found in zip(ranges, scans, strict=True):
-                recorded_scans.append((lo, hi, limit, [(item[0], item[1]) for item in found]))
-                txn.batch_scans[j].extend(found)
-                for item in found:
-                    read_vc = read_vc.merge(item[4])
-                    txn.read_from.append((item[0], item[5]))
-        txn.read_vc = read_vc
-
-    def _batch_value(self, txn: _Txn) -> Any:
-        batch = txn.batch
-        assert batch is not None
-        if txn.conflict:
-            txn.coro.close()
-            self._end_before_certify(txn, Status.ABORTED, "a key changed between two reads")
-            return None
-        values = [txn.batch_items[key][2] for key in batch.keys]
-        scans = []
-        for j, (_, _, limit) in enumerate(batch.scans):
-            found = sorted(txn.batch_scans[j], key=lambda item: item[0])[:limit]
-            scans.append([(item[0], item[2]) for item in found])
-        return values, scans
-
-    def on_read_reply(self, now_ns: int, reply: ReadReply) -> None:
-        txn = self._txns.get(reply.txn_id)
-        if txn is None or txn.phase != EXECUTING or reply.req_no != txn.req_no:
-            return  # late or duplicated
-        if reply.shard not in txn.waiting:
-            return
-        txn.waiting.discard(reply.shard)
-        self._pending.pop((txn.txn_id, reply.shard), None)
-        if len(reply.scans) != len(
-            [r for r in (txn.batch.scans if txn.batch else []) if reply.shard in self.partitioner.shards_of_range(r[0], r[1])]
-        ):
-            return  # malformed reply; the retransmission will ask again
-        self._absorb_reads(txn, reply.shard, reply.items, reply.scans)
-        if not txn.waiting:
-            value = self._batch_value(txn)
-            if value is not None:
-                self._drive(now_ns, txn, value)
-
-    def _end_before_certify(self, txn: _Txn, status: Status, detail: str) -> None:
-        """Ends a transaction that holds nothing anywhere (still executing)."""
-        for shard in txn.waiting:
-            self._pending.pop((txn.txn_id, shard), None)
-        txn.waiting.clear()
-        del self._txns[txn.txn_id]
-        if status == Status.ABORTED:
-            self.counters["aborted"] += 1
-        self._finish_client(txn, status, None, detail)
-
     # ---- certification -------------------------------------------------------------------
 
-    def _executed(self, now_ns: int, txn: _Txn, result: Any) -> None:
+    def _executed(self, now_ns: int, txn: Transaction, result: Any) -> None:
         txn.result_value = result
         txn.executed_at = now_ns
         shard_of = self.partitioner.shard_of
-        for key, (value, deleted) in txn.tx.writes.items():
+        for key, (value, deleted) in txn.writes.items():
             txn.write_shards.setdefault(shard_of(key), []).append((key, value, deleted))
         read_shards = {s for s, reads in txn.reads.items() if reads} | {
             s for s, scans in txn.scans.items() if scans
@@ -489,7 +353,7 @@ class Coordinator:
         if not txn.waiting:
             self._start_validation(now_ns, txn)
 
-    def _start_validation(self, now_ns: int, txn: _Txn) -> None:
+    def _start_validation(self, now_ns: int, txn: Transaction) -> None:
         txn.phase = VALIDATING
         full = txn.read_vc.merge(txn.deps)
         for shard, counter in txn.counters.items():
@@ -535,7 +399,7 @@ class Coordinator:
         if not txn.waiting:
             self._decide(now_ns, txn)
 
-    def _decide(self, now_ns: int, txn: _Txn) -> None:
+    def _decide(self, now_ns: int, txn: Transaction) -> None:
         """Every lock is held and every read validated: the transaction is certified."""
         txn.phase = DECIDED
         for shard, writes in sorted(txn.write_shards.items()):
@@ -577,7 +441,10 @@ class Coordinator:
         self._pending.pop((txn.txn_id, reply.shard), None)
         self._forget_if_done(txn)
 
-    def _certified(self, now_ns: int, txn: _Txn, vc: VectorClock, full: VectorClock) -> None:
+    def _certified(
+        self, now_ns: int, txn: Transaction, vc: VectorClock, full: VectorClock,
+        observe: bool = True,
+    ) -> None:
         """``full``: ``vc`` with the entries dropped as durable put back."""
         assert txn.read_vc <= full, "vector clock below a version it read (DESIGN.md §3)"
         assert vc <= full
@@ -586,8 +453,9 @@ class Coordinator:
         txn.certified = True
         if txn.phase != DECIDED:
             txn.phase = DECIDED
-        self.counters["certified"] += 1
-        if self._observer is not None:
+        if observe:
+            self.counters["certified"] += 1
+        if self._observer is not None and observe:
             scans = [
                 (shard, lo, hi, limit, [key for key, _ in seen])
                 for shard, recorded in sorted(txn.scans.items())
@@ -595,7 +463,7 @@ class Coordinator:
             ]
             self._observer(
                 Certification(
-                    txn.txn_id, vc, full, txn.read_from, scans, list(txn.tx.writes),
+                    txn.txn_id, vc, full, txn.read_from, scans, list(txn.writes),
                     (txn.client_id, txn.seq), txn.epoch,
                 )
             )
@@ -605,15 +473,12 @@ class Coordinator:
         if self._wait_or_commit(txn) and txn.want_certified and self.settings.speculation:
             self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
 
-    def _wait_or_commit(self, txn: _Txn) -> bool:
+    def _wait_or_commit(self, txn: Transaction) -> bool:
         """Commits ``txn`` if its clock is under the watermark; True if it must wait."""
         if txn.epoch < self.epoch:
             return self._wait_for_fvw(txn)
-        watermark = self.vw.entries
-        for shard, counter in txn.vc.items():
-            if counter > watermark.get(shard, 0):
-                heapq.heappush(self._blocked_on.setdefault(shard, []), (counter, txn.txn_id))
-                return True
+        if self._waits.wait(txn.vc, lambda: self._durable(txn)):
+            return True
         del self._awaiting_commit[txn.txn_id]
         self.counters["committed"] += 1
         self._finish_client(txn, Status.COMMITTED, txn.result_value, "")
@@ -633,7 +498,7 @@ class Coordinator:
             if txn.epoch >= epoch:
                 continue
             if txn.phase == EXECUTING:
-                txn.coro.close()
+                txn.close()
                 self._end_before_certify(txn, Status.ABORTED, "the epoch changed")
             elif txn.phase in (LOCKING, VALIDATING):
                 self._abort_everywhere(now_ns, txn, "the epoch changed")
@@ -646,7 +511,7 @@ class Coordinator:
                     self._wait_for_fvw(txn)
                 self._forget_if_done(txn)
 
-    def _wait_for_fvw(self, txn: _Txn) -> bool:
+    def _wait_for_fvw(self, txn: Transaction) -> bool:
         fvw = self._fvw.get(txn.epoch)
         if fvw is None:
             self._awaiting_fvw.setdefault(txn.epoch, {})[txn.txn_id] = txn
@@ -667,30 +532,18 @@ class Coordinator:
         for txn in list(self._awaiting_fvw.pop(epoch, {}).values()):
             self._wait_for_fvw(txn)
 
-    def check_commits(self, shard: int | None = None) -> None:
-        """Tells clients COMMITTED for every certified transaction now under the watermark.
+    def _durable(self, txn: Transaction) -> None:
+        """``txn``'s clock is under the watermark now (called back by ``ClockWaits``)."""
+        if self._awaiting_commit.get(txn.txn_id) is txn and txn.epoch == self.epoch:
+            self._wait_or_commit(txn)
 
-        ``shard``: only that shard's watermark moved (None: any may have)."""
-        if not self._awaiting_commit:
-            return
-        watermark = self.vw.entries
-        shards = list(self._blocked_on) if shard is None else [shard]
-        for blocked_shard in shards:
-            heap = self._blocked_on.get(blocked_shard)
-            mark = watermark.get(blocked_shard, 0)
-            while heap and heap[0][0] <= mark:
-                _, txn_id = heapq.heappop(heap)
-                txn = self._awaiting_commit.get(txn_id)
-                if txn is not None:
-                    self._wait_or_commit(txn)
-
-    def _aborted(self, txn: _Txn, detail: str) -> None:
+    def _aborted(self, txn: Transaction, detail: str) -> None:
         self.counters["aborted"] += 1
         self._finish_client(txn, Status.ABORTED, None, detail)
         txn.phase = ABORTING
         self._forget_if_done(txn)
 
-    def _abort_everywhere(self, now_ns: int, txn: _Txn, detail: str) -> None:
+    def _abort_everywhere(self, now_ns: int, txn: Transaction, detail: str) -> None:
         """Releases whatever the transaction may hold on its write shards."""
         for shard in txn.waiting:
             self._pending.pop((txn.txn_id, shard), None)
@@ -703,7 +556,7 @@ class Coordinator:
                 self._request(now_ns, txn.txn_id, shard, AbortRequest(txn.txn_id))
         self._aborted(txn, detail)
 
-    def _forget_if_done(self, txn: _Txn) -> None:
+    def _forget_if_done(self, txn: Transaction) -> None:
         if txn.waiting or txn.txn_id in self._awaiting_commit:
             return
         if txn.phase in (DECIDED, ABORTING) and (txn.client_id, txn.seq) not in self._by_client:
@@ -735,7 +588,7 @@ class Coordinator:
             if undecided and attempts >= self.settings.peer_attempts_max and txn is not None:
                 self.counters["gave_up"] += 1
                 if txn.phase == EXECUTING:
-                    txn.coro.close()
+                    txn.close()
                     self._end_before_certify(txn, Status.UNAVAILABLE, f"shard {shard} unreachable")
                 else:
                     self._abort_everywhere(now_ns, txn, f"shard {shard} unreachable")

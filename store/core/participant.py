@@ -23,9 +23,12 @@ watermark is closed under every dependency: a follower's snapshot at that waterm
 a consistent cut (DESIGN.md §4), and recovery rolls back everything that depended on a lost
 transaction (§5). Write-write: the lock round returns the clocks of the versions the writes
 will overwrite. Read-write: a successful validation stamps the transaction's clock on the
-keys it read (and on the tables it scanned); a later lock on those keys returns the stamps.
-A reader that validates after a writer locked the key fails instead (the key is locked), so
-either the stamp is there when the writer locks, or the reader aborts.
+version it read (``Version.stamp``; on the key itself while it has no version, and on the
+tables it scanned); a later lock on those keys returns the stamps. A reader that validates
+after a writer locked the key fails instead (the key is locked), so either the stamp is
+there when the writer locks, or the reader aborts. Only the newest version's stamp
+matters: a writer that overwrites it dominates the stamp, and every later writer of the key
+dominates that writer.
 
 Every request is idempotent: a retransmitted lock gets the same counter, a retransmitted
 install is acknowledged, and a lock that arrives after its abort (reordering) is refused,
@@ -48,13 +51,15 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
 
 from store.core.messages import ReadItem, RecordedScan, ScanRange, Write
 from store.core.partition import table_of
 from store.core.settings import Settings
-from store.core.storage import CERTIFIED, HIDDEN, VersionedStore
+from store.core.storage import CERTIFIED, HIDDEN, Version, VersionedStore
+from store.core.txn import OpList
 from store.core.vclock import EMPTY, VectorClock
-from store.core.watermark import ShardWatermark
+from store.core.watermark import ClockWaits, ShardWatermark
 
 LOCKED = 1
 INSTALLED = 2
@@ -86,6 +91,7 @@ class Participant:
         on_installed: OnInstalled,
         breaks: frozenset[str] = frozenset(),
         vector_watermark: Mapping[int, int] | None = None,
+        waits: ClockWaits | None = None,
     ) -> None:
         self.shard = shard
         self.store = store
@@ -100,10 +106,10 @@ class Participant:
         # Clocks of recent solo certifications, so a retransmitted solo request is answered
         # with the first outcome.
         self._solo_vcs: OrderedDict[int, tuple[VectorClock, VectorClock]] = OrderedDict()
-        # Read-write dependency stamps: the merged clocks of transactions that validated a
-        # read of a key (or a scan of a table). Entries at or below the vector watermark carry
-        # nothing and are dropped by garbage collection.
-        self._read_stamps: dict[str, VectorClock] = {}
+        # Read-write dependency stamps of keys with no version (a read found nothing) and of
+        # scanned tables; stamps of versions live on them (``Version.stamp``). Entries at or
+        # below the vector watermark carry nothing and are dropped by garbage collection.
+        self._absent_stamps: dict[str, VectorClock] = {}
         self._scan_stamps: dict[str, VectorClock] = {}
         # What every writer here must dominate because stamps were lost: a leader that took
         # a stream over rebuilt its store by replay, which carries no stamps of the readers
@@ -116,6 +122,7 @@ class Participant:
             vector_watermark if vector_watermark is not None else {}
         )
         self._hidden: dict[int, tuple[VectorClock, list[str], int]] = {}
+        self._waits = waits if waits is not None else ClockWaits(self._vector_watermark)
         # Epochs (docs/recovery.md): the current one, and per ended epoch whose FVW is not
         # known yet, the vector watermark frozen when it ended.
         self.epoch = 0
@@ -124,7 +131,6 @@ class Participant:
         # accepted from the old leader is not all replayed here yet, so nothing is
         # certified against this store (lock, validate and solo certification refuse).
         self.certifying = True
-        self._hidden_blocked_on: dict[int, list[tuple[int, int]]] = {}
         # Switches that turn one safety step off; only the simulator's --break uses them, to
         # show that the checkers catch what each step prevents.
         self._skip_validation = "validation" in breaks
@@ -206,12 +212,14 @@ class Participant:
         validated readers of those keys (and scanners of their tables)."""
         deps = self._stamp_floor
         latest = self.store.latest
-        stamps, scan_stamps = self._read_stamps, self._scan_stamps
+        absent, scan_stamps = self._absent_stamps, self._scan_stamps
         for key in keys:
             version = latest(key)
             if version is not None:
                 deps = deps.merge(version.vc)
-            stamp = stamps.get(key)
+                stamp = version.stamp
+            else:
+                stamp = absent.get(key)
             if stamp is not None:
                 deps = deps.merge(stamp)
             if scan_stamps:
@@ -223,12 +231,20 @@ class Participant:
     def stamp_reads(
         self, reads: Iterable[tuple[str, int]], scans: Iterable[RecordedScan], vc: VectorClock
     ) -> None:
+        """Stamps ``vc`` on what a transaction validated: the versions it read (still the
+        newest: validation has just checked), the keys it found absent, the tables it
+        scanned."""
         if not vc:
             return
-        stamps = self._read_stamps
+        latest = self.store.latest
         for key, _ in reads:
-            stamp = stamps.get(key)
-            stamps[key] = vc if stamp is None else stamp.merge(vc)
+            version = latest(key)
+            if version is not None:
+                stamp = version.stamp
+                version.stamp = vc if stamp is None else stamp.merge(vc)
+            else:
+                stamp = self._absent_stamps.get(key)
+                self._absent_stamps[key] = vc if stamp is None else stamp.merge(vc)
         for lo, _, _, _ in scans:
             table = table_of(lo)
             stamp = self._scan_stamps.get(table)
@@ -242,10 +258,11 @@ class Participant:
         self._stamp_floor = self._stamp_floor.merge(floor)
 
     def collect_stamps(self, watermark: Mapping[int, int], keys_max: int) -> None:
-        """Drops stamps that carry nothing above the watermark; visits at most keys_max."""
+        """Drops stamps that carry nothing above the watermark; visits at most keys_max
+        absent keys (a version's stamp goes with the version)."""
         if self._stamp_floor:
             self._stamp_floor = self._stamp_floor.above(watermark)
-        stamps = self._read_stamps
+        stamps = self._absent_stamps
         for _ in range(min(keys_max, len(stamps))):
             key = next(iter(stamps))
             stamp = stamps.pop(key).above(watermark)
@@ -259,7 +276,8 @@ class Participant:
                 del self._scan_stamps[table]
 
     def stamp_count(self) -> int:
-        return len(self._read_stamps)
+        """Stamps kept apart from versions (keys read while absent)."""
+        return len(self._absent_stamps)
 
     def validate(
         self,
@@ -406,6 +424,73 @@ class Participant:
         self._on_installed(txn_id, counter, writes, vc)
         return vc, full
 
+    def run_local(
+        self, txn_id: int, ops: OpList, epoch: int, record_reads: bool
+    ) -> tuple[Any, VectorClock, VectorClock, list[str], list[tuple[str, int]]] | Literal[False] | None:
+        """Reads, runs and certifies, in one step, an operation list whose keys are all on
+        this shard (no scans): ``certify_solo`` with the reads made in the same step, so
+        they are the newest versions by construction and only locks can fail them.
+
+        Returns (result, vc, full, keys written, reads as (key, writer) if
+        ``record_reads``); False on a conflict (a key locked by another transaction); None
+        when this participant cannot certify alone now (another epoch, a takeover not
+        finished, versions in doubt, speculation off): the general path decides then.
+        Raises InvalidRequest (nothing changed) if an operation does not fit the data."""
+        if epoch != self.epoch or not self.certifying or self._doubt or not self._speculation:
+            return None
+        store = self.store
+        read_keys = ops.batch.keys
+        check_reads = not (self._skip_validation or self._skip_locking)
+        versions = store.latest_unlocked(read_keys, txn_id if check_reads else None)
+        if versions is None:
+            return False
+        values: list[Any] = []
+        read_vc = EMPTY
+        for version in versions:
+            if version is None:
+                values.append(None)
+            else:
+                values.append(None if version.deleted else version.value)
+                read_vc = read_vc.merge(version.vc)
+        buffered: dict[str, tuple[Any, bool]] = {}
+        result = ops.run(values, [], buffered, self.settings)
+        reads: list[tuple[str, int]] = []
+        if record_reads:
+            for key, version in zip(read_keys, versions, strict=True):
+                reads.append((key, version.txn_id if version is not None else 0))
+        if not buffered:
+            vc = self._sparse(read_vc)
+            self._stamp_versions(read_keys, versions, vc)
+            return result, vc, read_vc, [], reads
+        written = list(buffered)
+        if not self._skip_locking and store.locked_by_other(written, txn_id):
+            return False
+        writes: list[Write] = []
+        for key, (value, deleted) in buffered.items():
+            writes.append((key, value, deleted))
+        counter = self.watermark.draw()
+        full = read_vc.merge(self.dependencies(written)).with_entry(self.shard, counter)
+        vc = self._sparse(full)
+        self._stamp_versions(read_keys, versions, vc)
+        self._assert_dominates_overwritten(writes, vc)
+        self._apply(txn_id, writes, vc, epoch)
+        self._on_installed(txn_id, counter, writes, vc)
+        return result, vc, full, written, reads
+
+    def _stamp_versions(
+        self, keys: list[str], versions: list[Version | None], vc: VectorClock
+    ) -> None:
+        """``stamp_reads`` for reads just made (``versions`` are the newest of ``keys``)."""
+        if not vc:
+            return
+        for key, version in zip(keys, versions, strict=True):
+            if version is not None:
+                stamp = version.stamp
+                version.stamp = vc if stamp is None else stamp.merge(vc)
+            else:
+                stamp = self._absent_stamps.get(key)
+                self._absent_stamps[key] = vc if stamp is None else stamp.merge(vc)
+
     # ---- helpers -------------------------------------------------------------------------
 
     def _sparse(self, clock: VectorClock) -> VectorClock:
@@ -440,37 +525,20 @@ class Participant:
         self, txn_id: int, vc: VectorClock, keys: list[str], epoch: int
     ) -> None:
         self._hidden[txn_id] = (vc, keys, epoch)
-        # Dependencies may already be durable: block only on a shard still below vc.
-        if not self._block(txn_id, vc, self._vector_watermark):
-            self._hidden_blocked_on.setdefault(self.shard, []).append((0, txn_id))
+        # Its own counter is not settled yet, so its clock cannot be under the watermark.
+        waiting = self._waits.wait(vc, lambda: self._reveal(txn_id))
+        assert waiting, f"a hidden install's clock {vc} is already durable"
 
-    def _block(self, txn_id: int, vc: VectorClock, watermark: Mapping[int, int]) -> bool:
-        for shard, counter in vc.items():
-            if counter > watermark.get(shard, 0):
-                heapq.heappush(self._hidden_blocked_on.setdefault(shard, []), (counter, txn_id))
-                return True
-        return False
-
-    def reveal_committed(self, watermark: Mapping[int, int], shard: int | None = None) -> None:
-        """Reveals (and unlocks) hidden transactions now at or below the vector watermark."""
-        if not self._hidden:
-            return
-        shards = list(self._hidden_blocked_on) if shard is None else [shard]
-        for blocked_shard in shards:
-            heap = self._hidden_blocked_on.get(blocked_shard)
-            mark = watermark.get(blocked_shard, 0)
-            while heap and heap[0][0] <= mark:
-                _, txn_id = heapq.heappop(heap)
-                entry = self._hidden.get(txn_id)
-                if entry is None or entry[2] != self.epoch:
-                    continue  # an ended epoch's transactions are revealed by its FVW
-                if self._block(txn_id, entry[0], watermark):
-                    continue
-                del self._hidden[txn_id]
-                for key in entry[1]:
-                    self.store.reveal(key, txn_id)
-                if not self._skip_locking:
-                    self.store.unlock_all(entry[1], txn_id)
+    def _reveal(self, txn_id: int) -> None:
+        """Reveals (and unlocks) a hidden transaction now at or below the vector watermark."""
+        entry = self._hidden.get(txn_id)
+        if entry is None or entry[2] != self.epoch:
+            return  # rolled back, or of an ended epoch: its FVW reveals it (end_doubt)
+        del self._hidden[txn_id]
+        for key in entry[1]:
+            self.store.reveal(key, txn_id)
+        if not self._skip_locking:
+            self.store.unlock_all(entry[1], txn_id)
 
     def hidden_count(self) -> int:
         return len(self._hidden)

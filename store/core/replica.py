@@ -77,7 +77,7 @@ from store.core.storage import ROLLED_BACK, VersionedStore
 from store.core.transfer import FollowerState, StateRequest, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
-from store.core.watermark import ShardWatermark, VectorWatermark
+from store.core.watermark import ClockWaits, ShardWatermark, VectorWatermark
 
 
 class Probe(Protocol):
@@ -155,9 +155,12 @@ class ShardLeader:
         self.store = store if store is not None else VersionedStore()
         self.watermark = ShardWatermark()
         self.vw = VectorWatermark()
+        # What waits for the vector watermark: the coordinator's certified transactions
+        # and the participant's hidden writes; released whenever an entry rises (_learn).
+        self.waits = ClockWaits(self.vw.entries)
         self.participant = Participant(
             shard, self.store, self.watermark, settings, self._on_installed, breaks,
-            self.vw.entries,
+            self.vw.entries, self.waits,
         )
         self.coordinator = Coordinator(
             shard,
@@ -170,6 +173,7 @@ class ShardLeader:
             self._send_to_shard,
             self._send_to_client,
             probe.certified if probe is not None else None,
+            self.waits,
         )
         self._probe = probe
         self._probed_moves = -1
@@ -383,10 +387,13 @@ class ShardLeader:
             record = [txn_id, [[key, value, deleted] for key, value, deleted in writes], vc.to_wire()]
             self.stream.append(self._now_ns, record, counter, vc)
         # Settled for the appended watermark; durable once the stream's entry is chosen
-        # (without followers, at once).
+        # (without followers, at once: the coordinator may then answer COMMITTED in the
+        # same step).
         self.watermark.settle(counter)
         if self.stream is not None:
             self.stream.advance_watermark(self.watermark.watermark)
+        else:
+            self._learn(self.shard, self.watermark.watermark)
 
     def _pump_stream(self) -> None:
         """Carries out the stream's Ready: messages out, chosen entries into the watermark."""
@@ -536,7 +543,7 @@ class ShardLeader:
         self.watermark.start_epoch(epoch)
         self.epoch = epoch
         if self.vw.enter_epoch(epoch):
-            self.coordinator.check_commits()
+            self.waits.release()
         if cluster_map.leaders[self.shard] != self.address and not self.retired:
             self.retired = True
             self._retired_in = epoch
@@ -589,8 +596,7 @@ class ShardLeader:
 
     def _learn(self, shard: int, watermark: int) -> None:
         if self.vw.learn(shard, watermark):
-            self.participant.reveal_committed(self.vw.entries, shard)
-            self.coordinator.check_commits(shard)
+            self.waits.release(shard)
 
     # ---- handlers ------------------------------------------------------------------------
 
@@ -664,8 +670,7 @@ class ShardLeader:
     def _on_install_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, InstallRequest)
         if self.vw.learn_all(dict(message.durable.items())):
-            self.participant.reveal_committed(self.vw.entries)
-            self.coordinator.check_commits()
+            self.waits.release()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
         reply = InstallReply(message.txn_id, self.shard, self.durable_watermark())
         self._outbox.append((src, reply))
@@ -702,8 +707,7 @@ class ShardLeader:
         assert isinstance(message, SoloReply)
         self._learn(message.shard, message.watermark)
         if self.vw.learn_all(dict(message.durable.items())):
-            self.participant.reveal_committed(self.vw.entries)
-            self.coordinator.check_commits()
+            self.waits.release()
         self.coordinator.on_solo_reply(now_ns, message)
 
     def _on_state_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -743,5 +747,4 @@ class ShardLeader:
     def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, Gossip)
         if self.vw.learn_all(message.watermarks):
-            self.participant.reveal_committed(self.vw.entries)
-            self.coordinator.check_commits()
+            self.waits.release()

@@ -35,7 +35,11 @@ HIDDEN = 3
 
 
 class Version:
-    __slots__ = ("deleted", "epoch", "state", "txn_id", "value", "vc", "vid")
+    """One version of a key. ``stamp``: the merged clocks of the transactions that validated
+    a read of this version (read-write dependencies, see ``store.core.participant``); only
+    the newest version's matters, so the stamp lives and dies with the version."""
+
+    __slots__ = ("deleted", "epoch", "stamp", "state", "txn_id", "value", "vc", "vid")
 
     def __init__(
         self,
@@ -54,6 +58,7 @@ class Version:
         self.epoch = epoch
         self.txn_id = txn_id
         self.state = state
+        self.stamp: VectorClock | None = None
 
     def __repr__(self) -> str:
         shown = "<deleted>" if self.deleted else repr(self.value)
@@ -101,6 +106,31 @@ class VersionedStore:
             if version.state == CERTIFIED and version.vc.le_watermark(watermark):
                 return version
         return None
+
+    def latest_unlocked(
+        self, keys: list[str], owner: int | None
+    ) -> list[Version | None] | None:
+        """The newest certified version of each key (None: no version), or None if another
+        transaction than ``owner`` holds a lock on one of the keys (``owner`` None: locks
+        are not looked at)."""
+        chains, locks = self._chains, self._locks
+        found: list[Version | None] = []
+        for key in keys:
+            if owner is not None and key in locks and locks[key] != owner:
+                return None
+            chain = chains[key] if key in chains else None  # noqa: SIM401 (no call: hot path)
+            if chain and chain[-1].state == CERTIFIED:
+                found.append(chain[-1])
+            else:
+                found.append(self.latest(key))
+        return found
+
+    def locked_by_other(self, keys: list[str], owner: int) -> bool:
+        locks = self._locks
+        for key in keys:  # noqa: SIM110 (a loop, not a generator: this is the hot path)
+            if key in locks and locks[key] != owner:
+                return True
+        return False
 
     def scan(self, lo: str, hi: str, limit: int) -> list[tuple[str, Version]]:
         """Visible (non-deleted) latest versions of keys in [lo, hi), in key order."""

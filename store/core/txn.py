@@ -233,73 +233,161 @@ OP_ARITY = {
 }
 
 
-_READING_OPS = frozenset({"get", "append", "cas", "increment"})
+# Operation codes of a parsed list (``OpList.ops``).
+GET, PUT, DELETE, SCAN, APPEND, CAS, INCREMENT = range(7)
+_CODES = {
+    "get": GET, "put": PUT, "delete": DELETE, "scan": SCAN, "append": APPEND, "cas": CAS,
+    "increment": INCREMENT,
+}
+_INT_MIN, _INT_END = -(1 << 63), 1 << 64
 
 
-def check_ops(ops: object, settings: Settings) -> list[list[Any]]:
-    """Validates an operation list before anything runs; InvalidRequest if malformed."""
-    if type(ops) is not list:
-        raise InvalidRequest("operations must be a list")
-    if len(ops) > settings.ops_per_txn_max:
-        raise InvalidRequest(f"more than {settings.ops_per_txn_max} operations")
-    checked: list[list[Any]] = []
-    for op in ops:
-        if type(op) not in (list, tuple) or not op or type(op[0]) is not str:
-            raise InvalidRequest("each operation is a list: [name, args...]")
-        arity = OP_ARITY.get(op[0])
-        if arity is None:
-            raise InvalidRequest(f"unknown operation {op[0]!r}; known: {sorted(OP_ARITY)}")
-        if len(op) != arity + 1:
-            raise InvalidRequest(f"operation {op[0]!r} takes {arity} arguments")
-        check_key(op[1], settings)
-        name = op[0]
-        if name in ("put", "append"):
-            check_value(op[2], settings)
-        elif name == "cas":
-            check_value(op[2], settings)
-            check_value(op[3], settings)
-        elif name == "scan":
-            check_key(op[2], settings)
-            if type(op[3]) is not int or not 0 < op[3] <= settings.scan_limit_max:
-                raise InvalidRequest(f"scan limit must be 1..{settings.scan_limit_max}")
-        elif name == "increment" and type(op[2]) is not int:
-            raise InvalidRequest("increment delta must be an integer")
-        checked.append(list(op))
-    return checked
+class OpList:
+    """A built-in operation list, checked once and run without a coroutine.
 
-
-async def run_ops(tx: Tx, ops: list[list[Any]]) -> list[Any]:
-    """Runs a built-in operation list; one result per operation.
-
-    Every key the list reads (get, append, increment, compare-and-set) is fetched first in
-    one batch, so the whole list costs one round per shard; the operations then run in order
-    on the fetched values and the transaction's own writes.
+    Every key the list reads (get, append, increment, compare-and-set) and every range it
+    scans is fetched in one ``ReadBatch`` (one round per shard); ``run`` then applies the
+    operations in order to those values and to the list's own writes, which later
+    operations see (a scan sees the list's writes made before it). Parsing checks every
+    key, value and argument before anything runs (``InvalidRequest`` otherwise), so the
+    keys are never checked again.
     """
-    read_keys = [op[1] for op in ops if op[0] in _READING_OPS]
-    if read_keys:
-        await tx.get_many(read_keys)
-    results: list[Any] = []
-    for op in ops:
-        name = op[0]
-        if name == "get":
-            results.append(await tx.get(op[1]))
-        elif name == "put":
-            tx.put(op[1], op[2])
-            results.append(None)
-        elif name == "delete":
-            tx.delete(op[1])
-            results.append(None)
-        elif name == "scan":
-            results.append([list(pair) for pair in await tx.scan(op[1], op[2], op[3])])
-        elif name == "append":
-            await tx.append(op[1], op[2])
-            results.append(None)
-        elif name == "cas":
-            results.append(await tx.compare_and_set(op[1], op[2], op[3]))
-        else:
-            assert name == "increment"
-            results.append(await tx.increment(op[1], op[2]))
-    return results
+
+    __slots__ = ("batch", "keys", "ops")
+
+    def __init__(self, ops: object, settings: Settings) -> None:
+        if type(ops) is not list:
+            raise InvalidRequest("operations must be a list")
+        if len(ops) > settings.ops_per_txn_max:
+            raise InvalidRequest(f"more than {settings.ops_per_txn_max} operations")
+        key_max = settings.key_bytes_max
+        # (code, key, first argument, second argument, index of the key's read value)
+        parsed: list[tuple[int, str, Any, Any, int]] = []
+        read_keys: dict[str, int] = {}
+        keys: dict[str, None] = {}  # every key read or written, first use first
+        scans: list[tuple[str, str, int]] = []
+        for op in ops:
+            kind = type(op)
+            if (kind is not list and kind is not tuple) or not op or type(op[0]) is not str:
+                raise InvalidRequest("each operation is a list: [name, args...]")
+            name = op[0]
+            code = _CODES.get(name)
+            if code is None:
+                raise InvalidRequest(f"unknown operation {name!r}; known: {sorted(OP_ARITY)}")
+            arity = OP_ARITY[name]
+            if len(op) != arity + 1:
+                raise InvalidRequest(f"operation {name!r} takes {arity} arguments")
+            key = op[1]
+            if type(key) is not str or not key or (
+                len(key) * 4 > key_max and len(key.encode()) > key_max
+            ):
+                check_key(key, settings)  # raises the precise error
+            first = op[2] if arity > 1 else None
+            second = op[3] if arity > 2 else None
+            index = -1
+            if code in (GET, INCREMENT, APPEND, CAS):
+                index = read_keys.setdefault(key, len(read_keys))
+                if code == INCREMENT and type(first) is not int:
+                    raise InvalidRequest("increment delta must be an integer")
+                if code == APPEND:
+                    check_value(first, settings)
+                elif code == CAS:
+                    check_value(first, settings)
+                    check_value(second, settings)
+            elif code == PUT:
+                check_value(first, settings)
+            elif code == SCAN:
+                first = check_key(first, settings)
+                if type(second) is not int or not 0 < second <= settings.scan_limit_max:
+                    raise InvalidRequest(f"scan limit must be 1..{settings.scan_limit_max}")
+                if "/" not in key or first > table_end(table_of(key)):
+                    raise InvalidRequest("a scan's range must lie in one table (keys 'table/...')")
+                index = len(scans)
+                scans.append((key, first, second))
+            if code != SCAN:
+                keys[key] = None
+            parsed.append((code, key, first, second, index))
+        self.ops = parsed
+        self.keys = list(keys)
+        self.batch = ReadBatch(list(read_keys), scans)
+
+    def run(
+        self, values: list[Any], scanned: list[list[tuple[str, Any]]],
+        writes: dict[str, tuple[Any, bool]], settings: Settings,
+    ) -> list[Any]:
+        """Applies the operations to the values read (``values[i]`` of ``batch.keys[i]``,
+        ``scanned[j]`` of ``batch.scans[j]``), buffering writes in ``writes``; returns one
+        result per operation. InvalidRequest for an operation the data does not allow (an
+        increment of a string, say): nothing has been written then."""
+        results: list[Any] = []
+        for code, key, first, second, index in self.ops:
+            if code == PUT:
+                writes[key] = (first, False)
+                results.append(None)
+                continue
+            if code == DELETE:
+                writes[key] = (None, True)
+                results.append(None)
+                continue
+            if code == SCAN:
+                results.append(_overlay(scanned[index], writes, key, first, second))
+                continue
+            if key in writes:
+                buffered = writes[key]
+                current = None if buffered[1] else buffered[0]
+            else:
+                current = values[index]
+            if code == GET:
+                results.append(current)
+            elif code == INCREMENT:
+                if current is None:
+                    current = 0
+                elif type(current) is not int:
+                    raise InvalidRequest(
+                        f"increment of {key!r}, which holds a {type(current).__name__}"
+                    )
+                current += first
+                if not _INT_MIN <= current < _INT_END:
+                    raise InvalidRequest("integers must fit in 64 bits")
+                writes[key] = (current, False)
+                results.append(current)
+            elif code == APPEND:
+                if current is None:
+                    current = []
+                elif type(current) is not list:
+                    raise InvalidRequest(
+                        f"append to {key!r}, which holds a {type(current).__name__}"
+                    )
+                updated = [*current, first]
+                check_value(updated, settings)
+                writes[key] = (updated, False)
+                results.append(None)
+            else:
+                assert code == CAS
+                if current != first:
+                    results.append(False)
+                    continue
+                writes[key] = (None, True) if second is None else (second, False)
+                results.append(True)
+        return results
+
+
+def _overlay(
+    found: list[tuple[str, Any]], writes: dict[str, tuple[Any, bool]], lo: str, hi: str,
+    limit: int,
+) -> list[list[Any]]:
+    """A scan's pairs with the list's own writes in [lo, hi) laid over them."""
+    merged = {key: value for key, value in found}
+    overlaid = False
+    for key, (value, deleted) in writes.items():
+        if lo <= key < hi:
+            overlaid = True
+            if deleted:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+    pairs = sorted(merged.items())[:limit] if overlaid else list(merged.items())
+    return [[key, value] for key, value in pairs]
 
 
 # Parameter annotations a registry checks before a procedure runs, so that a call with
@@ -348,10 +436,6 @@ class Procedures:
         """Creates the procedure's coroutine; InvalidRequest if it cannot be called so."""
         if type(args) is not list:
             raise InvalidRequest("procedure arguments must be a list")
-        if name == OPS_PROCEDURE:
-            if len(args) != 1:
-                raise InvalidRequest("an operation list is one argument")
-            return run_ops(tx, check_ops(args[0], settings))
         procedure = self._by_name.get(name)
         if procedure is None:
             raise UnknownProcedure(f"no procedure named {name!r}")

@@ -15,30 +15,39 @@ an install is durable when it is applied.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from sortedcontainers import SortedSet
+import heapq
+from collections import deque
+from collections.abc import Callable, Mapping
 
 from store.core.epoch import EPOCH_SHIFT, counter_base
+from store.core.vclock import VectorClock
 
 
 class ShardWatermark:
-    """Counter and watermark of one shard, as seen by its leader."""
+    """Counter and watermark of one shard, as seen by its leader.
 
-    __slots__ = ("_last_drawn", "_unsettled")
+    Values are drawn in increasing order, so the drawn values not yet known settled form a
+    queue in drawing order (``_drawn``) with a set beside it (``_unsettled``): settling is a
+    set removal, and the watermark drops settled values from the front of the queue, each
+    once, so it advances in O(1) amortised time, however far out of order installs settle.
+    """
+
+    __slots__ = ("_drawn", "_last_drawn", "_unsettled")
 
     def __init__(self, start: int = 0) -> None:
         self._last_drawn = start
-        self._unsettled: SortedSet = SortedSet()
+        self._unsettled: set[int] = set()
+        self._drawn: deque[int] = deque()
 
     @property
     def last_drawn(self) -> int:
         return self._last_drawn
 
     def draw(self) -> int:
-        self._last_drawn += 1
-        self._unsettled.add(self._last_drawn)
-        return self._last_drawn
+        counter = self._last_drawn = self._last_drawn + 1
+        self._unsettled.add(counter)
+        self._drawn.append(counter)
+        return counter
 
     def start_epoch(self, epoch: int) -> None:
         """Counters drawn from now on belong to ``epoch`` (docs/recovery.md). Counters of
@@ -54,13 +63,71 @@ class ShardWatermark:
 
     @property
     def watermark(self) -> int:
-        if self._unsettled:
-            smallest: int = self._unsettled[0]
-            return smallest - 1
+        drawn, unsettled = self._drawn, self._unsettled
+        while drawn:
+            smallest = drawn[0]
+            if smallest in unsettled:
+                return smallest - 1
+            drawn.popleft()
         return self._last_drawn
 
     def unsettled_count(self) -> int:
         return len(self._unsettled)
+
+
+class ClockWaits:
+    """What waits until a vector clock is at or below the vector watermark: a coordinator's
+    certified transactions waiting to be told COMMITTED, and a participant's hidden writes
+    (speculation off) waiting to be revealed. One index serves both.
+
+    A waiter is filed under the first shard whose watermark its clock is above, in a heap
+    by the counter it needs there, so a moving watermark only looks at what it can release;
+    a waiter released there is filed again under its next blocking shard, or called. A
+    waiter cancelled meanwhile is not removed: its callback finds it has nothing to do.
+    """
+
+    __slots__ = ("_entries", "_heaps", "_next")
+
+    def __init__(self, entries: Mapping[int, int]) -> None:
+        self._entries = entries  # the vector watermark's live entries
+        self._heaps: dict[int, list[tuple[int, int, VectorClock, Callable[[], None]]]] = {}
+        self._next = 0
+
+    def wait(self, vc: VectorClock, then: Callable[[], None]) -> bool:
+        """Files ``then`` to be called once ``vc`` is under the watermark; False (nothing
+        filed) if it is already."""
+        entries = self._entries
+        for shard, counter in vc.items():
+            if counter > entries.get(shard, 0):
+                self._next += 1
+                heap = self._heaps.get(shard)
+                if heap is None:
+                    heap = self._heaps[shard] = []
+                heapq.heappush(heap, (counter, self._next, vc, then))
+                return True
+        return False
+
+    def release(self, shard: int | None = None) -> None:
+        """Calls every waiter now under the watermark. ``shard``: only that shard's entry
+        moved (None: any may have)."""
+        heaps = self._heaps
+        if not heaps:
+            return
+        entries = self._entries
+        for blocked in list(heaps) if shard is None else (shard,):
+            heap = heaps.get(blocked)
+            if heap is None:
+                continue
+            mark = entries.get(blocked, 0)
+            while heap and heap[0][0] <= mark:
+                _, _, vc, then = heapq.heappop(heap)
+                if not self.wait(vc, then):
+                    then()
+            if not heap:
+                heaps.pop(blocked, None)
+
+    def __len__(self) -> int:
+        return sum(len(heap) for heap in self._heaps.values())
 
 
 def watermark_epoch(watermark: int) -> int:
