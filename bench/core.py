@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import pstats
 import random
@@ -40,6 +41,7 @@ from store.core.errors import Status
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.txn import OPS_PROCEDURE, Procedures
+from store.node import server as server_module
 
 try:  # the protocol module (issue 12); before it, the codec and messages lived in the core
     from store.protocol import codec  # type: ignore[import-not-found, unused-ignore]
@@ -108,6 +110,13 @@ class CoreRun:
             leader = self.leaders[self.addresses[shard]]
             for key in shard_keys:
                 leader.preload(key, 0)
+        # The collector as a server sets it (store.node.server): thresholds raised, and what
+        # survived the load frozen.
+        thresholds = getattr(server_module, "GC_THRESHOLDS", None)
+        if thresholds is not None:
+            gc.set_threshold(*thresholds)
+        gc.collect()
+        gc.freeze()
         self.encode = encode
         self.queue: deque[tuple[str, str, Any]] = deque()
         self.counts = {"committed": 0, "aborted": 0, "other": 0, "submits": 0}

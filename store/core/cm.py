@@ -319,6 +319,11 @@ class ConfigMember:
                 self._take_over(now_ns)
         self._pump(now_ns)
 
+    @property
+    def has_successor(self) -> bool:
+        """Whether the next ``ready()`` names a replica to host instead of this one."""
+        return False  # a configuration manager member is never replaced
+
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
         if self.leading():

@@ -152,7 +152,8 @@ class Coordinator(Execution):
         # it does not let out wait in _held until it does (or forever, on a deposed leader:
         # the client's retry finds the shard's new leader).
         self.may_acknowledge: Callable[[int], bool] = lambda executed_at_ns: True
-        self._held: list[tuple[Transaction, Any, str]] = []
+        # Answers the lease holds back (read-only outside: ``release_held`` lets them out).
+        self.held: list[tuple[Transaction, Any, str]] = []
 
     # ---- client side ---------------------------------------------------------------------
 
@@ -217,12 +218,8 @@ class Coordinator(Execution):
         and certified in one step by the participant, and answered COMMITTED at once if the
         vector watermark covers its clock. False if it must take the general path (a key
         elsewhere, a scan, or a participant that cannot certify alone now)."""
-        if ops.batch.scans:
+        if ops.batch.scans or not self.partitioner.owns_all(ops.keys, self.shard):
             return False
-        shard_of, me = self.partitioner.shard_of, self.shard
-        for k in ops.keys:
-            if shard_of(k) != me:
-                return False
         observed = self._observer is not None
         ran = self.participant.run_local(txn_id, ops, self.epoch, observed)
         if ran is None:
@@ -267,7 +264,7 @@ class Coordinator(Execution):
     def _finish_client(self, txn: Transaction, status: Status, result: Any, detail: str) -> None:
         if status == Status.COMMITTED and not self.may_acknowledge(txn.executed_at):
             # Still counted in flight (_by_client): a retry of it waits like the original.
-            self._held.append((txn, result, detail))
+            self.held.append((txn, result, detail))
             return
         outcome = Outcome(txn.seq, status, result, txn.vc, detail)
         key = (txn.client_id, txn.seq)
@@ -601,11 +598,11 @@ class Coordinator(Execution):
     # ---- introspection -------------------------------------------------------------------
 
     def holds_answers(self) -> bool:
-        return bool(self._held)
+        return bool(self.held)
 
     def release_held(self) -> None:
         """Tells COMMITTED to the held transactions the lease now lets out."""
-        held, self._held = self._held, []
+        held, self.held = self.held, []
         for txn, result, detail in held:
             self._finish_client(txn, Status.COMMITTED, result, detail)
             self._forget_if_done(txn)

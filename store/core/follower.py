@@ -226,6 +226,11 @@ class ShardFollower:
             for member in self.cm_members:
                 self._outbox.append((member, heartbeat))
 
+    @property
+    def has_successor(self) -> bool:
+        """Whether the next ``ready()`` names a replica to host instead of this one."""
+        return self._successor is not None
+
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
         wake_at = self._wake_at if not self.rejoining else self._transfer_deadline

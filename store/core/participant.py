@@ -446,44 +446,74 @@ class Participant:
             return False
         values: list[Any] = []
         read_vc = EMPTY
-        for version in versions:
+        read: dict[str, Version | None] = {}
+        for key, version in zip(read_keys, versions, strict=True):
+            read[key] = version
             if version is None:
                 values.append(None)
             else:
                 values.append(None if version.deleted else version.value)
-                read_vc = read_vc.merge(version.vc)
+                if version.vc.entries:
+                    read_vc = read_vc.merge(version.vc)
         buffered: dict[str, tuple[Any, bool]] = {}
         result = ops.run(values, [], buffered, self.settings)
         reads: list[tuple[str, int]] = []
         if record_reads:
-            for key, version in zip(read_keys, versions, strict=True):
+            for key, version in read.items():
                 reads.append((key, version.txn_id if version is not None else 0))
         if not buffered:
             vc = self._sparse(read_vc)
-            self._stamp_versions(read_keys, versions, vc)
+            if vc.entries:
+                self._stamp_versions(read, vc)
             return result, vc, read_vc, [], reads
         written = list(buffered)
         if not self._skip_locking and store.locked_by_other(written, txn_id):
             return False
+        # The clocks the writes must dominate (``dependencies``), from the versions just
+        # read where the list read the key it writes.
+        deps = self._stamp_floor
+        absent, scan_stamps = self._absent_stamps, self._scan_stamps
+        overwritten: list[Version] = []
         writes: list[Write] = []
         for key, (value, deleted) in buffered.items():
             writes.append((key, value, deleted))
+            previous = read[key] if key in read else store.latest(key)
+            if previous is not None:
+                overwritten.append(previous)
+                if previous.vc.entries:
+                    deps = deps.merge(previous.vc)
+                stamp = previous.stamp
+            else:
+                stamp = absent[key] if key in absent else None  # noqa: SIM401 (no call)
+            if stamp is not None:
+                deps = deps.merge(stamp)
+            if scan_stamps:
+                table_stamp = scan_stamps.get(table_of(key))
+                if table_stamp is not None:
+                    deps = deps.merge(table_stamp)
         counter = self.watermark.draw()
-        full = read_vc.merge(self.dependencies(written)).with_entry(self.shard, counter)
+        full = read_vc.merge(deps).with_entry(self.shard, counter)
         vc = self._sparse(full)
-        self._stamp_versions(read_keys, versions, vc)
-        self._assert_dominates_overwritten(writes, vc)
-        self._apply(txn_id, writes, vc, epoch)
+        # A version this list overwrites needs no stamp: the new version's clock dominates.
+        stamped = {key: v for key, v in read.items() if key not in buffered} if vc.entries else None
+        if stamped:
+            self._stamp_versions(stamped, vc)
+        if not (self._skip_locking or self._skip_validation):
+            watermark = self._vector_watermark
+            ours = vc.entries
+            for previous in overwritten:  # DESIGN.md §3's invariant, write-write part
+                for shard, mark in previous.vc.entries.items():
+                    assert mark <= ours.get(shard, 0) or mark <= watermark.get(shard, 0), (
+                        f"clock {vc} of a write below the overwritten {previous.vc}"
+                    )
+        store.install_many(writes, vc, epoch, txn_id, CERTIFIED)
         self._on_installed(txn_id, counter, writes, vc)
         return result, vc, full, written, reads
 
-    def _stamp_versions(
-        self, keys: list[str], versions: list[Version | None], vc: VectorClock
-    ) -> None:
-        """``stamp_reads`` for reads just made (``versions`` are the newest of ``keys``)."""
-        if not vc:
-            return
-        for key, version in zip(keys, versions, strict=True):
+    def _stamp_versions(self, read: dict[str, Version | None], vc: VectorClock) -> None:
+        """``stamp_reads`` for reads just made: ``read`` maps each key to its newest
+        version (None: none)."""
+        for key, version in read.items():
             if version is not None:
                 stamp = version.stamp
                 version.stamp = vc if stamp is None else stamp.merge(vc)
@@ -514,10 +544,8 @@ class Participant:
                 )
 
     def _apply(self, txn_id: int, writes: list[Write], vc: VectorClock, epoch: int) -> None:
-        install = self.store.install
         state = CERTIFIED if self._speculation else HIDDEN
-        for key, value, deleted in writes:
-            install(key, value, deleted, vc, epoch, txn_id, state)
+        self.store.install_many(writes, vc, epoch, txn_id, state)
 
     # ---- speculation off -----------------------------------------------------------------
 

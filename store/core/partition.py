@@ -32,6 +32,17 @@ class Partitioner:
     def shard_of(self, key: str) -> int:
         return zlib.crc32(key.encode()) % self.shard_count
 
+    def owns_all(self, keys: Sequence[str], shard: int) -> bool:
+        """Whether every key is on ``shard`` (one call for a transaction's keys)."""
+        if type(self).shard_of is not Partitioner.shard_of:  # a subclass places keys its way
+            shard_of = self.shard_of
+            return all(shard_of(key) == shard for key in keys)
+        count, crc32 = self.shard_count, zlib.crc32
+        for key in keys:  # noqa: SIM110 (a loop, not a generator: this is the hot path)
+            if crc32(key.encode()) % count != shard:
+                return False
+        return True
+
     def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
         """Shards that may hold keys in [lo, hi). Hashing scatters ranges: every shard."""
         return range(self.shard_count)

@@ -259,7 +259,7 @@ class ShardLeader:
             handler(now_ns, src, message)
         self._pump_stream()
         self._refresh_watermark()
-        if self.coordinator.holds_answers():
+        if self.coordinator.held:
             self.coordinator.release_held()
         if self._probe is not None:
             self._report_watermark()
@@ -300,6 +300,11 @@ class ShardLeader:
             self.coordinator.release_held()
         if self._probe is not None:
             self._report_watermark()
+
+    @property
+    def has_successor(self) -> bool:
+        """Whether the next ``ready()`` names a replica to host instead of this one."""
+        return self._successor is not None
 
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
@@ -592,7 +597,9 @@ class ShardLeader:
             self._probe.rolled_back(self.address, txn_id)
 
     def _refresh_watermark(self) -> None:
-        self._learn(self.shard, self.durable_watermark())
+        mark = self.durable_watermark()
+        if mark > self.vw.entries.get(self.shard, 0):
+            self._learn(self.shard, mark)
 
     def _learn(self, shard: int, watermark: int) -> None:
         if self.vw.learn(shard, watermark):

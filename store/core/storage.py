@@ -247,6 +247,20 @@ class VersionedStore:
             self._dirty[key] = None  # a first version has nothing older to collect
         return version
 
+    def install_many(
+        self, writes: Sequence[tuple[str, Any, bool]], vc: VectorClock, epoch: int,
+        txn_id: int, state: int = CERTIFIED,
+    ) -> None:
+        """``install`` of every (key, value, deleted) of one transaction."""
+        chains, dirty = self._chains, self._dirty
+        for key, value, deleted in writes:
+            if key in chains:
+                chains[key].append(Version(self._next_vid, value, deleted, vc, epoch, txn_id, state))
+                self._next_vid += 1
+                dirty[key] = None
+            else:
+                self.install(key, value, deleted, vc, epoch, txn_id, state)
+
     def replay(
         self, record: Any, shard: int, epoch: int
     ) -> tuple[int, VectorClock, list[str]] | None:

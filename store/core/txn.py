@@ -271,9 +271,9 @@ class OpList:
             if (kind is not list and kind is not tuple) or not op or type(op[0]) is not str:
                 raise InvalidRequest("each operation is a list: [name, args...]")
             name = op[0]
-            code = _CODES.get(name)
-            if code is None:
+            if name not in _CODES:
                 raise InvalidRequest(f"unknown operation {name!r}; known: {sorted(OP_ARITY)}")
+            code = _CODES[name]
             arity = OP_ARITY[name]
             if len(op) != arity + 1:
                 raise InvalidRequest(f"operation {name!r} takes {arity} arguments")
@@ -286,7 +286,10 @@ class OpList:
             second = op[3] if arity > 2 else None
             index = -1
             if code in (GET, INCREMENT, APPEND, CAS):
-                index = read_keys.setdefault(key, len(read_keys))
+                if key in read_keys:
+                    index = read_keys[key]
+                else:
+                    index = read_keys[key] = len(read_keys)
                 if code == INCREMENT and type(first) is not int:
                     raise InvalidRequest("increment delta must be an integer")
                 if code == APPEND:

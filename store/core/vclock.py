@@ -18,9 +18,11 @@ from store.core.errors import InvalidRequest
 class VectorClock:
     """An immutable sparse vector clock: shard -> counter, absent shards are 0."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("entries",)
 
-    _entries: dict[int, int]
+    # shard -> counter, no zeros. Read-only: a clock is shared by every version and message
+    # that carries it. Public so the hot path can test a clock for emptiness without a call.
+    entries: dict[int, int]
 
     def __init__(self, entries: Mapping[int, int] | None = None) -> None:
         cleaned: dict[int, int] = {}
@@ -28,68 +30,68 @@ class VectorClock:
             for shard, counter in entries.items():
                 if counter:
                     cleaned[shard] = counter
-        self._entries = cleaned
+        self.entries = cleaned
 
     @classmethod
     def _of(cls, entries: dict[int, int]) -> VectorClock:
         """Wraps a dict the caller gives up (no zeros in it); no copy."""
         clock = cls.__new__(cls)
-        clock._entries = entries
+        clock.entries = entries
         return clock
 
     def __getitem__(self, shard: int) -> int:
-        return self._entries.get(shard, 0)
+        return self.entries.get(shard, 0)
 
     def items(self) -> Iterable[tuple[int, int]]:
-        return self._entries.items()
+        return self.entries.items()
 
     def shards(self) -> Iterable[int]:
-        return self._entries.keys()
+        return self.entries.keys()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, VectorClock) and self._entries == other._entries
+        return isinstance(other, VectorClock) and self.entries == other.entries
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self._entries.items())))
+        return hash(tuple(sorted(self.entries.items())))
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{s}:{c}" for s, c in sorted(self._entries.items()))
+        inner = ", ".join(f"{s}:{c}" for s, c in sorted(self.entries.items()))
         return f"VC({inner})"
 
     def merge(self, other: VectorClock) -> VectorClock:
         """Element-wise maximum."""
-        if not other._entries:
+        if not other.entries:
             return self
-        if not self._entries:
+        if not self.entries:
             return other
-        merged = dict(self._entries)
-        for shard, counter in other._entries.items():
+        merged = dict(self.entries)
+        for shard, counter in other.entries.items():
             if counter > merged.get(shard, 0):
                 merged[shard] = counter
         return VectorClock._of(merged)
 
     def with_entry(self, shard: int, counter: int) -> VectorClock:
         """This clock with ``shard`` raised to at least ``counter``."""
-        if counter <= self._entries.get(shard, 0):
+        if counter <= self.entries.get(shard, 0):
             return self
-        merged = dict(self._entries)
+        merged = dict(self.entries)
         merged[shard] = counter
         return VectorClock._of(merged)
 
     def __le__(self, other: VectorClock) -> bool:
         """Dominance: every entry of self is at or below other's."""
-        theirs = other._entries
-        return all(counter <= theirs.get(shard, 0) for shard, counter in self._entries.items())
+        theirs = other.entries
+        return all(counter <= theirs.get(shard, 0) for shard, counter in self.entries.items())
 
     def __ge__(self, other: VectorClock) -> bool:
         return other.__le__(self)
 
     def le_watermark(self, watermark: Mapping[int, int]) -> bool:
         """True when every entry is at or below the (vector) watermark: durable."""
-        return all(counter <= watermark.get(shard, 0) for shard, counter in self._entries.items())
+        return all(counter <= watermark.get(shard, 0) for shard, counter in self.entries.items())
 
     def above(self, watermark: Mapping[int, int]) -> VectorClock:
         """Sparse form: drop entries at or below a known watermark (DESIGN.md §4).
@@ -98,15 +100,15 @@ class VectorClock:
         for the durability decision; dropping it keeps metadata proportional to the real
         dependency footprint instead of the number of shards.
         """
-        kept = {s: c for s, c in self._entries.items() if c > watermark.get(s, 0)}
-        if len(kept) == len(self._entries):
+        kept = {s: c for s, c in self.entries.items() if c > watermark.get(s, 0)}
+        if len(kept) == len(self.entries):
             return self
         return VectorClock._of(kept)
 
     def to_wire(self) -> list[int]:
         """Flat [shard, counter, shard, counter, ...] sorted by shard (msgpack-friendly)."""
         flat: list[int] = []
-        for shard, counter in sorted(self._entries.items()):
+        for shard, counter in sorted(self.entries.items()):
             flat.append(shard)
             flat.append(counter)
         return flat
@@ -127,9 +129,9 @@ class VectorClock:
     def encode(self) -> bytes:
         """Compact binary encoding: LEB128 varints, count then (shard delta, counter) pairs."""
         out = bytearray()
-        _put_varint(out, len(self._entries))
+        _put_varint(out, len(self.entries))
         previous = 0
-        for shard, counter in sorted(self._entries.items()):
+        for shard, counter in sorted(self.entries.items()):
             _put_varint(out, shard - previous)
             _put_varint(out, counter)
             previous = shard

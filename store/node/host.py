@@ -111,7 +111,13 @@ class ReplicaHost:
         self.failure: BaseException | None = None
         self.counters: dict[str, int] = {
             "submits": 0, "peer_messages": 0, "bad_requests": 0, "peer_send_failures": 0,
+            "flushes": 0,
         }
+        # Requests handed to the replica in the batch being dispatched, whose replies its
+        # next flush must carry (the reply rule; checked after that flush).
+        self._flush_due = False
+        self._replies_due: list[tuple[str, Message]] = []
+        self._batched = False  # whether the endpoint tells the end of each batch (register)
 
     def register(self, nexus: Nexus) -> None:
         """Installs the request handlers this host serves on ``nexus``."""
@@ -119,6 +125,9 @@ class ReplicaHost:
         nexus.register_req_func(wire.PEER, self._on_peer)
         nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
         nexus.register_req_func(wire.CONFIG, self._on_config)
+        if self.rpc is not None and not self._batched:
+            self.rpc.after_dispatch.append(self._end_of_batch)
+            self._batched = True
 
     def start(self) -> None:
         self._flush()
@@ -211,6 +220,12 @@ class ReplicaHost:
         token = f"{PEER_REPLY_PREFIX}{self._next_token}"
         self._peer_replies[token] = handle
         self._deliver(token, message)
+        if self._flush_due:
+            self._replies_due.append((token, message))  # checked after the batch's flush
+        else:
+            self._check_replied(token, message)
+
+    def _check_replied(self, token: str, message: Message) -> None:
         if self.failure is None and token in self._peer_replies:
             self._fail(AssertionError(
                 f"{type(message).__name__} got no reply within its handle call "
@@ -225,11 +240,32 @@ class ReplicaHost:
     # ---- the replica ---------------------------------------------------------------------
 
     def _deliver(self, src: str, message: Message) -> None:
+        """Hands ``message`` to the replica. Inside a batch of received events, what the
+        replica produces is carried out once, at the end of the batch (``_end_of_batch``):
+        one ``ready()`` for many messages."""
         try:
             self.replica.handle(self.timers.clock_ns(), src, message)
-            self._flush()
+            if self._batched and self.rpc.dispatching and not self.replica.has_successor:
+                self._flush_due = True
+            else:
+                self._flush()
         except Exception as exc:  # inputs are validated: this is a broken invariant
             self._fail(exc)
+
+    def _end_of_batch(self) -> None:
+        if not self._flush_due:
+            return
+        self._flush_due = False
+        replies, self._replies_due = self._replies_due, []
+        if self.failure is not None:
+            return
+        try:
+            self._flush()
+        except Exception as exc:
+            self._fail(exc)
+            return
+        for token, message in replies:
+            self._check_replied(token, message)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -250,6 +286,7 @@ class ReplicaHost:
         self._on_fatal(exc)
 
     def _flush(self) -> None:
+        self.counters["flushes"] += 1
         ready = self.replica.ready()
         for dst, message in ready.messages:
             if dst.startswith(CLIENT_PREFIX):

@@ -11,6 +11,7 @@ Records are opaque to replication: each travels as its own msgpack encoding.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -51,7 +52,27 @@ def _ballot_pb(out: Any, ballot: Ballot) -> None:
     out.leader = ballot.leader
 
 
+# Entries encoded lately, by identity: an entry goes to every follower of its stream (and
+# again on a retransmission), so its records are packed once, not once per destination.
+# Each holds its entry, so an id in it cannot be reused while it is there.
+_ENCODED_ENTRIES_MAX = 256
+_encoded_entries: OrderedDict[int, tuple[Entry, Any]] = OrderedDict()
+
+
 def _entry_pb(out: Any, entry: Entry) -> None:
+    cached = _encoded_entries.get(id(entry))
+    if cached is not None and cached[0] is entry:
+        out.CopyFrom(cached[1])
+        return
+    encoded = pb.Entry()
+    _fill_entry_pb(encoded, entry)
+    _encoded_entries[id(entry)] = (entry, encoded)
+    if len(_encoded_entries) > _ENCODED_ENTRIES_MAX:
+        _encoded_entries.popitem(last=False)
+    out.CopyFrom(encoded)
+
+
+def _fill_entry_pb(out: Any, entry: Entry) -> None:
     out.kind = int(entry.kind)
     out.records.extend(_packb(record) for record in entry.records)
     out.counters.extend(entry.counters)

@@ -193,6 +193,14 @@ class RpcBase:
         self._next_tag = 1
         self._in_dispatch = False
         self._closed = False
+        # Called once after each batch of received events has been handled (not per event):
+        # a host hands a whole batch to its replica and carries out what it produced once.
+        self.after_dispatch: list[Callable[[], None]] = []
+
+    @property
+    def dispatching(self) -> bool:
+        """True inside the handling of received events (``after_dispatch`` follows)."""
+        return self._in_dispatch
 
     # --- hooks -----------------------------------------------------------------------------
 
@@ -322,6 +330,9 @@ class RpcBase:
                     self._session_event(ev[1], ev[2], now)
         finally:
             self._in_dispatch = outer
+        if not outer:
+            for hook in self.after_dispatch:
+                hook()
 
     def _handle_request(
         self, session: int, generation: int, req_num: int, req_type: int, payload: bytes
