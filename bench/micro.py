@@ -5,9 +5,13 @@ to another shard than the transaction's home shard with probability 5%; keys uni
 zipfian with ``--zipf THETA``; K keys per shard preloaded. The cluster is started here
 (separate server processes on loopback) unless ``--connect FILE`` names a running one.
 
-Measured in the same run, ``core_txn_per_s`` is ``bench/core.py``'s single-shard mix on the
-pure core in one process; ``efficiency`` is the cluster's throughput over it: what the real
-I/O path (RPC, processes, the SDK) keeps of what the protocol alone can do.
+Measured in the same run, ``core_txn_per_s`` is ``bench/core.py`` on the same mix (same
+shards, keys per shard, remote fraction, 64 transactions in flight, committed only) on the
+pure core in one process; ``efficiency`` is the cluster's committed throughput over it: what
+the real I/O path (RPC, processes, the SDK) keeps of what the protocol alone can do.
+``submits_per_txn`` is the SUBMIT requests the shard leaders received (their own counters,
+read before and after the load) per transaction attempt the clients made: 1.0 when every
+transaction costs one request.
 
     python bench/micro.py --shards 2 --duration 20 [--json]
 """
@@ -159,11 +163,16 @@ def percentile_ms(histogram: HdrHistogram, p: float) -> float:
     return round(histogram.get_value_at_percentile(p) / 1000.0, 3)
 
 
-def core_throughput(transactions: int, shards: int) -> float:
+def core_throughput(transactions: int, shards: int, keys_per_shard: int, remote: float) -> float:
+    """bench/core.py on the same mix: committed transactions per second of the pure core."""
     sys.path.insert(0, str(REPO / "bench"))
     import core
 
-    return float(core.measure(transactions, shards)["single_shard_txn_per_s"])
+    from store.core.partition import Partitioner
+
+    keys = core.make_keys(Partitioner(shards), shards, keys_per_shard)
+    mix = core.make_mix(random.Random(1), keys, transactions, remote=remote)
+    return float(core.run_mix(shards, keys, mix, encode=False)["txn_per_s"])
 
 
 def main() -> None:
@@ -200,7 +209,7 @@ def main() -> None:
         finally:
             if cluster is not None:
                 cluster.stop()
-    core_txn_per_s = core_throughput(20_000, len(config.shards))
+    core_txn_per_s = core_throughput(20_000, len(config.shards), args.keys_per_shard, args.remote)
     counts, histograms, elapsed = measured["counts"], measured["histograms"], measured["elapsed"]
     committed = counts["read_only"] + counts["rmw"]
     both = HdrHistogram(1, 60_000_000, 3)
@@ -219,6 +228,8 @@ def main() -> None:
         "p50_ms": percentile_ms(both, 50),
         "p99_ms": percentile_ms(both, 99),
         "p999_ms": percentile_ms(both, 99.9),
+        "submits": measured["submits"],
+        "submits_per_txn": round(measured["submits"] / max(counts["attempts"], 1), 4),
         "core_txn_per_s": round(core_txn_per_s, 1),
         "efficiency": round(committed / elapsed / core_txn_per_s, 4),
     }
@@ -238,7 +249,19 @@ def main() -> None:
     for kind in ("read_only", "rmw"):
         r = result[kind]
         print(f"  {kind:9} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p999 {r['p999_ms']:.2f} ms")
-    print(f"  pure core (same run) {result['core_txn_per_s']:,.0f} txn/s; efficiency {result['efficiency']:.2f}")
+    print(f"  {result['submits_per_txn']} SUBMIT requests per transaction attempt")
+    print(f"  pure core on the same mix (same run) {result['core_txn_per_s']:,.0f} txn/s; "
+          f"efficiency {result['efficiency']:.2f}")
+
+
+async def submits(client: Client) -> int:
+    """SUBMIT requests the shard leaders have received (their status counters)."""
+    total = 0
+    for status in await client.status():
+        if status is None:
+            raise RuntimeError("a shard leader did not answer its status request")
+        total += int(status["counters"]["submits"])
+    return total
 
 
 async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
@@ -247,7 +270,10 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         keys = keys_per_shard(client.partitioner, len(config.shards), args.keys_per_shard)
         if not args.connect:
             await preload(client, keys, quiet)
-        return await drive(client, keys, args, quiet)
+        before = await submits(client)
+        measured = await drive(client, keys, args, quiet)
+        measured["submits"] = await submits(client) - before
+        return measured
     finally:
         await client.close()
 
