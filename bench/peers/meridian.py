@@ -284,8 +284,15 @@ def run(
                 await client.close()
 
         loop = new_event_loop()
+        task = loop.create_task(main())
         try:
-            loop.run_until_complete(main())
+            loop.run_until_complete(task)
+        except BaseException:
+            # Ctrl-C: the client closes on its own loop before the cluster stops.
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+            raise
         finally:
             loop.close()
         dead = [name for name, child in zip(cluster.names, cluster.children, strict=True)

@@ -129,7 +129,8 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
             f"| {_fmt(ro['p50_ms'])} / {_fmt(ro['p99_ms'])} | {_fmt(rmw['p50_ms'])} / {_fmt(rmw['p99_ms'])} "
             f"| {_fmt(run.get('driver_cpu_share'), 2)} |"
         )
-    lines += ["## By kind", "", *by_kind, ""]
+    if len(by_kind) > 2:
+        lines += ["## By kind", "", *by_kind, ""]
     lines += ["## Ratios (committed txn/s)", "", "| RTT ms | " + " | ".join(
         k for k in next(iter(report["ratios"].values()), {})) + " |"]
     if report["ratios"]:

@@ -156,7 +156,10 @@ def system_info(system: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Ctrl-C and SIGTERM end the run through every finally block (each system stops what it
+    # started); set explicitly, since a shell may start a background job with SIGINT ignored.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
     jitter = geo3_jitter_ms() if args.jitter_ms is None else args.jitter_ms
     workload = Workload(keys=args.keys, clients=args.clients, duration_s=args.duration,
                         seed=args.seed)
@@ -197,12 +200,13 @@ def main(argv: list[str] | None = None) -> int:
                             f"retries {result.retries}, errors {result.errors}")
     except KeyboardInterrupt:
         log("interrupted: every process started was stopped; writing what was measured")
-        write(results, {**meta, "interrupted": True}, systems, out_dir)
+        write(results, {**meta, "interrupted": True, "scratch": str(scratch)}, systems, out_dir)
         return 130
     finally:
         import shutil
 
         shutil.rmtree(scratch, ignore_errors=True)
+    meta["scratch"] = str(scratch)
     report = write(results, meta, systems, out_dir)
     log(f"report: {out_dir / 'report.md'}")
     if args.json:
