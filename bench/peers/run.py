@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                                           reason=systems[system]["reason"]) for n in names]
                     continue
                 log(f"--- {system} at rtt {rtt:g} ms")
+                load = round(os.getloadavg()[0], 2)
                 for result in run_system(system, rtt, args, workload, scratch, out_dir / "logs", jitter):
+                    result.extra["loadavg_1m_at_start"] = load  # other work on the machine
                     results.append(result)
                     summary = result.summary()
                     if result.status == "ok":
