@@ -26,6 +26,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 KINDS = ("read_only", "rmw")
 
+# A transaction still retrying this long after the run's end is given up (counted in errors):
+# retries are unbounded during the run, but a run must end.
+RETRY_GRACE_S = 30.0
+
+
+class GaveUp(Exception):
+    """A transaction retried past the run's end plus ``RETRY_GRACE_S``."""
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.common import (
+    RETRY_GRACE_S,
+    GaveUp,
     Link,
     Processes,
     RunResult,
@@ -194,7 +196,9 @@ async def drive(address: tuple[str, int], workload: Workload, result: RunResult)
                             if succeeded:
                                 break
                             result.retries += 1
-                except aetcd.ClientError as exc:
+                            if time.monotonic() > stop_at + RETRY_GRACE_S:
+                                raise GaveUp("comparison failed until the retry deadline")
+                except (aetcd.ClientError, GaveUp) as exc:
                     result.errors += 1
                     result.extra.setdefault("error_examples", [])
                     if len(result.extra["error_examples"]) < 3:

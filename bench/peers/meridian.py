@@ -29,6 +29,7 @@ from typing import Any
 
 from bench.peers.common import (
     REPO,
+    RETRY_GRACE_S,
     RunResult,
     Workload,
     key_name,
@@ -153,8 +154,11 @@ async def drive_commit(client: Any, workload: Workload, result: RunResult) -> No
             while True:
                 try:
                     answer = await client.run_ops_detailed(ops)
-                except Aborted:
+                except Aborted as exc:
                     result.retries += retries_max + 1  # the SDK gave up; the driver does not
+                    if time.monotonic() > stop_at + RETRY_GRACE_S:
+                        _error(result, exc)
+                        break
                     continue
                 except MeridianError as exc:
                     _error(result, exc)
@@ -208,8 +212,11 @@ async def drive_certified(client: Any, workload: Workload, result: RunResult) ->
             while True:
                 try:
                     answer, commit = await client.run_pipelined("", ops, route=keys[0])
-                except Aborted:
+                except Aborted as exc:
                     result.retries += retries_max + 1
+                    if time.monotonic() > stop_at + RETRY_GRACE_S:
+                        _error(result, exc)
+                        break
                     continue
                 except MeridianError as exc:
                     _error(result, exc)
