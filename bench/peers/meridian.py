@@ -1,0 +1,316 @@
+"""Meridian: the cluster of ``cluster/geo3.toml`` (two shards led from us, a follower of
+each in eu and ap, a configuration manager member per region, every replication connection
+between regions through ``meridian wan-proxy``), with the round trip of the run.
+
+The same cluster and preload serve two runs, one after the other:
+
+* ``meridian-commit``: each client waits for the committed answer (``run_ops_detailed``:
+  durable in a majority of regions) before its next transaction;
+* ``meridian-certified``: each client goes on as soon as its transaction is certified
+  (``run_pipelined``, as bench/geo.py does), and the run then waits for every commit: each
+  transaction certified in the run must end committed (``committed_in_end``,
+  ``not_committed``). Only the ones that committed are counted; the latency is the
+  certified one (what the client waited for), the commit latency is reported beside it.
+
+Aborts are retried by the SDK under new transaction ids (``attempts``) and, past its
+``retries_max``, again by the driver: every retry is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from bench.peers.common import (
+    REPO,
+    RETRY_GRACE_S,
+    RunResult,
+    Workload,
+    key_name,
+    log,
+    percentile_ms,
+    pick,
+)
+
+GEO3 = REPO / "cluster" / "geo3.toml"
+LOAD_BATCH = 500
+LOAD_CONCURRENCY = 8
+COMMIT_WAIT_S = 60.0  # after the certified run: how long its commits may still take
+
+NOT_MEASURED = (
+    "acceptors keep the replicated log in memory (no disk writes: durable acceptors are not "
+    "built); every shard leader, and the clients, in region us"
+)
+NOT_MEASURED_CERTIFIED = NOT_MEASURED + (
+    "; a certified answer is speculative (recovery may roll it back; none was here, see "
+    "committed_in_end)"
+)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def _shift(address: str, by: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + by}"
+
+
+def cluster_file(
+    directory: Path, log_dir: Path, rtt_ms: float, jitter_ms: float, port_shift: int = 0,
+    source: Path = GEO3,
+) -> Path:
+    """``cluster/geo3.toml`` as it is, but for the round trip and jitter of this run, its
+    servers' logs in ``log_dir`` and every port moved by ``port_shift`` (0: geo3's own)."""
+    data = tomllib.loads(source.read_text())
+    data["cluster"]["run_dir"] = str(log_dir)
+    data["cluster"]["python_path"] = [str(REPO)]
+    for shard in data["shards"]:
+        shard["leader"] = _shift(shard["leader"], port_shift)
+        for follower in shard.get("followers", []):
+            follower["address"] = _shift(follower["address"], port_shift)
+    for member in data.get("cm", []):
+        member["address"] = _shift(member["address"], port_shift)
+    wan = data.setdefault("wan", {})
+    wan["rtt_ms"] = float(rtt_ms)
+    wan["jitter_ms"] = float(jitter_ms if rtt_ms > 0 else 0.0)
+    wan["port_base"] = int(wan.get("port_base", 9200)) + port_shift
+    wan["control"] = _shift(wan.get("control", "127.0.0.1:9199"), port_shift)
+    lines: list[str] = []
+    for section, body in data.items():
+        if isinstance(body, list):
+            for entry in body:
+                lines.append(f"[[{section}]]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
+        else:
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
+    path = directory / f"geo3-rtt{rtt_ms:g}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def preload(client: Any, workload: Workload) -> None:
+    by_shard: dict[int, list[str]] = {}
+    for number in range(workload.keys):
+        key = key_name(number)
+        by_shard.setdefault(client.partitioner.shard_of(key), []).append(key)
+    batches = iter([
+        (shard, keys[i : i + LOAD_BATCH])
+        for shard, keys in sorted(by_shard.items())
+        for i in range(0, len(keys), LOAD_BATCH)
+    ])
+
+    async def loader() -> None:
+        for shard, batch in batches:
+            await client.run_ops([["put", key, 0] for key in batch], route=shard)
+
+    await asyncio.gather(*(loader() for _ in range(LOAD_CONCURRENCY)))
+
+
+def ops_of(kind: str, keys: list[str]) -> list[list[Any]]:
+    if kind == "read_only":
+        return [["get", key] for key in keys]
+    return [["increment", key, 1] for key in keys]
+
+
+def _error(result: RunResult, exc: BaseException) -> None:
+    result.errors += 1
+    examples = result.extra.setdefault("error_examples", [])
+    if len(examples) < 3:
+        examples.append(repr(exc)[:200])
+
+
+async def drive_commit(client: Any, workload: Workload, result: RunResult) -> None:
+    """Closed loop: each client waits for the committed answer."""
+    from store.client import Aborted, MeridianError
+
+    rng = random.Random(workload.seed)
+    stop_at = time.monotonic() + workload.duration_s
+    retries_max = client.settings.retries_max
+
+    async def worker() -> None:
+        while time.monotonic() < stop_at:
+            kind, numbers = pick(rng, workload)
+            keys = [key_name(n) for n in numbers]
+            ops = ops_of(kind, keys)
+            begun = time.monotonic()
+            while True:
+                try:
+                    answer = await client.run_ops_detailed(ops)
+                except Aborted as exc:
+                    result.retries += retries_max + 1  # the SDK gave up; the driver does not
+                    if time.monotonic() > stop_at + RETRY_GRACE_S:
+                        _error(result, exc)
+                        break
+                    continue
+                except MeridianError as exc:
+                    _error(result, exc)
+                    break
+                result.retries += answer.attempts - 1
+                result.latencies_s[kind].append(time.monotonic() - begun)
+                result.committed[kind] += 1
+                break
+
+    cpu = time.process_time()
+    begun = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(workload.clients)))
+    result.elapsed_s = time.monotonic() - begun
+    result.driver_cpu_s = time.process_time() - cpu
+
+
+async def drive_certified(client: Any, workload: Workload, result: RunResult) -> None:
+    """Closed loop at certification; then every certified transaction's commit is awaited."""
+    from store.client import Aborted, MeridianError
+
+    rng = random.Random(workload.seed + 1)
+    stop_at = time.monotonic() + workload.duration_s
+    retries_max = client.settings.retries_max
+    commits: set[asyncio.Future[Any]] = set()
+    counts = {"certified": 0, "committed_in_end": 0, "commit_failed": 0}
+    commit_latencies: list[float] = []
+    failures: list[str] = []
+
+    def watch(commit: asyncio.Future[Any], kind: str, begun: float, certified_s: float) -> None:
+        def done(future: asyncio.Future[Any]) -> None:
+            commits.discard(future)
+            if future.cancelled() or future.exception() is not None:
+                counts["commit_failed"] += 1
+                if len(failures) < 3:
+                    failures.append(repr(None if future.cancelled() else future.exception())[:200])
+                return
+            counts["committed_in_end"] += 1
+            result.committed[kind] += 1
+            result.latencies_s[kind].append(certified_s)
+            commit_latencies.append(time.monotonic() - begun)
+
+        commits.add(commit)
+        commit.add_done_callback(done)
+
+    async def worker() -> None:
+        while time.monotonic() < stop_at:
+            kind, numbers = pick(rng, workload)
+            keys = [key_name(n) for n in numbers]
+            ops = ops_of(kind, keys)
+            begun = time.monotonic()
+            while True:
+                try:
+                    answer, commit = await client.run_pipelined("", ops, route=keys[0])
+                except Aborted as exc:
+                    result.retries += retries_max + 1
+                    if time.monotonic() > stop_at + RETRY_GRACE_S:
+                        _error(result, exc)
+                        break
+                    continue
+                except MeridianError as exc:
+                    _error(result, exc)
+                    break
+                result.retries += answer.attempts - 1
+                counts["certified"] += 1
+                watch(commit, kind, begun, time.monotonic() - begun)
+                break
+
+    cpu = time.process_time()
+    begun = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(workload.clients)))
+    result.elapsed_s = time.monotonic() - begun
+    result.driver_cpu_s = time.process_time() - cpu
+    waited = time.monotonic()
+    if commits:
+        await asyncio.wait(list(commits), timeout=COMMIT_WAIT_S)
+    pending = len(commits)
+    for future in list(commits):
+        future.cancel()
+    result.extra.update({
+        "certified": counts["certified"],
+        "committed_in_end": counts["committed_in_end"],
+        "not_committed": counts["certified"] - counts["committed_in_end"],
+        "commit_failed": counts["commit_failed"] - pending,
+        "commit_still_pending": pending,
+        "last_commit_after_s": round(time.monotonic() - waited, 3),
+        "commit_p50_ms": percentile_ms(commit_latencies, 50),
+        "commit_p99_ms": percentile_ms(commit_latencies, 99),
+    })
+    if failures:
+        result.extra["commit_failure_examples"] = failures
+
+
+def run(
+    scratch: Path, log_dir: Path, workload: Workload, rtt_ms: float, jitter_ms: float,
+    port_shift: int,
+) -> list[RunResult]:
+    """Both Meridian runs at one round trip, on one cluster."""
+    from store import config as config_module
+    from store.client import Client
+    from store.node.up import ProcessCluster
+    from store.rpc.aio import new_event_loop
+
+    commit = RunResult("meridian-commit", rtt_ms, not_measured=NOT_MEASURED)
+    certified = RunResult(
+        "meridian-certified", rtt_ms, not_measured=NOT_MEASURED_CERTIFIED,
+        latency_means="from submission until the certified answer (the commit is awaited "
+        "after the run: commit_p50_ms/commit_p99_ms)",
+    )
+    directory = scratch / f"meridian-{rtt_ms:g}"
+    directory.mkdir(parents=True, exist_ok=True)
+    config = config_module.load(cluster_file(directory, log_dir, rtt_ms, jitter_ms, port_shift))
+    cluster = ProcessCluster(config)
+    started = time.monotonic()
+    cluster.start()
+    try:
+        cluster.wait_ready(timeout_s=60)
+        log(f"meridian: geo3 cluster up in {time.monotonic() - started:.1f} s (rtt {rtt_ms:g} ms)")
+
+        async def main() -> None:
+            client = await Client.connect(config, in_flight_max=max(256, workload.clients * 4))
+            try:
+                begun = time.monotonic()
+                await preload(client, workload)
+                log(f"meridian: {workload.keys:,} keys preloaded in {time.monotonic() - begun:.1f} s; "
+                    f"{workload.clients} clients, {workload.duration_s:g} s waiting for commit")
+                await drive_commit(client, workload, commit)
+                log(f"meridian: {workload.duration_s:g} s going on at certification")
+                await drive_certified(client, workload, certified)
+            finally:
+                await client.close()
+
+        loop = new_event_loop()
+        task = loop.create_task(main())
+        try:
+            loop.run_until_complete(task)
+        except BaseException:
+            # Ctrl-C: the client closes on its own loop before the cluster stops.
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+            raise
+        finally:
+            loop.close()
+        dead = [name for name, child in zip(cluster.names, cluster.children, strict=True)
+                if child.poll() is not None]
+        if dead:
+            raise RuntimeError(f"Meridian processes ended during the run: {', '.join(dead)}")
+    finally:
+        cluster.stop()
+    with contextlib.suppress(OSError):
+        shutil.rmtree(directory)
+    for result in (commit, certified):
+        result.extra["cluster"] = "cluster/geo3.toml: 2 shards led from us, followers in eu and ap"
+    return [commit, certified]
+

@@ -1,0 +1,119 @@
+"""bench/peers/run.py end to end, briefly: Meridian (geo3's cluster), PostgreSQL with a
+synchronous standby and a 3-member etcd, each at a 0 ms round trip, 8 clients, 5 s.
+
+Every system whose package is installed must commit transactions and appear in the report;
+Meridian's run that goes on at certification must see every one of its transactions commit;
+a peer whose package is absent is skipped here, with the reason the report gives. About
+45-60 s in all (three clusters started, loaded with 100,000 keys, run and stopped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+# Away from geo3's own ports and from the other cluster tests' ranges (17000-30000).
+MERIDIAN_PORT_SHIFT = 3000 + (os.getpid() % 20) * 100  # geo3's 7200-9300 -> 10200-14300
+BASE_PORT = 15000 + (os.getpid() % 50) * 20  # etcd BASE..BASE+3, PostgreSQL BASE+10..+12
+
+
+@pytest.fixture(scope="module")
+def peers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("peers") / "report"
+    command = [
+        sys.executable, str(REPO / "bench" / "peers" / "run.py"), "--duration", "5",
+        "--rtt-ms", "0", "--clients", "8", "--json", "--out", str(out),
+        "--base-port", str(BASE_PORT), "--meridian-port-shift", str(MERIDIAN_PORT_SHIFT),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=110, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    return {"report": report, "out": out, "stderr": done.stderr}
+
+
+def run_of(report: dict[str, Any], system: str) -> dict[str, Any]:
+    runs = [r for r in report["runs"] if r["system"] == system and r["rtt_ms"] == 0]
+    assert len(runs) == 1, report["runs"]
+    run: dict[str, Any] = runs[0]
+    return run
+
+
+def committed_something(run: dict[str, Any]) -> None:
+    assert run["status"] == "ok", run
+    assert run["committed"] > 0 and run["txn_per_s"] > 0, run
+    assert run["committed_by_kind"]["read_only"] > 0 and run["committed_by_kind"]["rmw"] > 0, run
+    assert run["p50_ms"] is not None and run["p99_ms"] >= run["p50_ms"], run
+
+
+def test_the_report_files_are_written_and_the_json_on_stdout_is_report_json(
+    peers: dict[str, Any],
+) -> None:
+    out: Path = peers["out"]
+    for name in ("report.md", "report.json", "throughput.png", "latency-cdf-rtt0.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert json.loads((out / "report.json").read_text()) == peers["report"]
+    text = (out / "report.md").read_text()
+    assert "| system | RTT ms | committed txn/s | p50 ms | p99 ms |" in text
+    assert set(peers["report"]["ratios"]["0"]) >= {
+        "meridian_commit_over_postgres", "meridian_certified_over_postgres"
+    }
+
+
+def test_nothing_started_is_left_running(peers: dict[str, Any]) -> None:
+    scratch = peers["report"]["scratch"]
+    assert not Path(scratch).exists()
+    marks = [scratch, f"127.0.0.1:{BASE_PORT + 3}", f"127.0.0.1:{BASE_PORT + 12}",
+             f"127.0.0.1:{9199 + MERIDIAN_PORT_SHIFT}"]
+    left = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(mark in cmdline for mark in marks):
+            left.append(cmdline)
+    assert not left, left
+
+
+def test_meridian_commits_in_both_modes_and_every_certified_transaction_commits(
+    peers: dict[str, Any],
+) -> None:
+    commit = run_of(peers["report"], "meridian-commit")
+    certified = run_of(peers["report"], "meridian-certified")
+    committed_something(commit)
+    committed_something(certified)
+    assert certified["certified"] > 0
+    assert certified["committed_in_end"] == certified["certified"], certified
+    assert certified["not_committed"] == 0, certified
+    assert peers["report"]["meridian_certified_commits"]["0"]["not_committed"] == 0
+
+
+@pytest.mark.parametrize("system", ["postgres", "etcd"])
+def test_a_peer_commits_transactions_or_is_skipped_with_the_reason(
+    peers: dict[str, Any], system: str
+) -> None:
+    info = peers["report"]["systems"][system]
+    run = run_of(peers["report"], system)
+    if info["status"] == "unavailable":
+        assert run["status"] == "unavailable" and run["reason"] == info["reason"]
+        assert info["reason"] in (peers["out"] / "report.md").read_text()
+        pytest.skip(f"{system}: {info['reason']}")
+    committed_something(run)
+    assert run["errors"] == 0, run
+    if system == "postgres":
+        assert run["isolation"] == "serializable"
+        assert run["pgbench"]["transactions"] == run["committed"]
