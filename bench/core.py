@@ -9,7 +9,7 @@ what certification costs relative to doing the work with no concurrency control 
 
 Each mix runs twice: with message objects handed over as they are, and with every message
 (submissions, outcomes, messages between leaders) encoded and decoded by the wire codec
-(``store/core/codec.py``), as the servers and the simulator do; ``codec_cost`` is the share
+(``store/protocol/codec.py``), as the servers and the simulator do; ``codec_cost`` is the share
 of the time the codec takes. Not measured: the RPC core, sockets, replication.
 
     python bench/core.py [--transactions N] [--shards S] [--json]
@@ -28,12 +28,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.core import codec
 from store.core.errors import Status
-from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.txn import OPS_PROCEDURE, Procedures
+from store.protocol import codec
+from store.protocol.messages import Outcome, Submit
 
 KEYS_PER_SHARD = 10_000
 

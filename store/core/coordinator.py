@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.core.errors import InvalidRequest, Status, UnknownProcedure
-from store.core.messages import (
+from store.core.participant import Participant
+from store.core.partition import Partitioner
+from store.core.settings import Settings
+from store.core.txn import Procedures, ReadBatch, Tx, UserAbort
+from store.core.vclock import EMPTY, VectorClock
+from store.core.watermark import VectorWatermark
+from store.protocol.messages import (
     AbortReply,
     AbortRequest,
     InstallReply,
@@ -56,12 +62,6 @@ from store.core.messages import (
     ValidateRequest,
     Write,
 )
-from store.core.participant import Participant
-from store.core.partition import Partitioner
-from store.core.settings import Settings
-from store.core.txn import Procedures, ReadBatch, Tx, UserAbort
-from store.core.vclock import EMPTY, VectorClock
-from store.core.watermark import VectorWatermark
 
 # A coordinator's transaction ids in epoch e start at (e << TXN_SEQ_EPOCH_SHIFT) + 1.
 TXN_SEQ_EPOCH_SHIFT = 28

@@ -49,12 +49,12 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
-from store.core.messages import ReadItem, RecordedScan, ScanRange, Write
 from store.core.partition import table_of
 from store.core.settings import Settings
 from store.core.storage import CERTIFIED, HIDDEN, VersionedStore
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ShardWatermark
+from store.protocol.messages import ReadItem, RecordedScan, ScanRange, Write
 
 LOCKED = 1
 INSTALLED = 2
