@@ -47,8 +47,9 @@ try:  # the protocol module (issue 12); before it, the codec and messages lived 
     from store.protocol import codec  # type: ignore[import-not-found, unused-ignore]
     from store.protocol.messages import Outcome, Submit  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # pragma: no cover - the code before issue 12, for back-to-back runs
-    from store.core import codec  # type: ignore[attr-defined, no-redef, unused-ignore]
     from store.core.messages import Outcome, Submit  # type: ignore[no-redef, unused-ignore]
+
+    from store.core import codec  # type: ignore[attr-defined, no-redef, unused-ignore]
 
 KEYS_PER_SHARD = 10_000
 WINDOW = 64  # transactions in flight, as the micro benchmark's 64 clients

@@ -33,11 +33,11 @@ from collections.abc import Mapping
 from store.client.protocol import ClientSettings
 from store.config import MERIDIAN_RPC_SETTINGS
 from store.core.coordinator import Certification
-from store.core.messages import Write
 from store.core.partition import Partitioner
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, Procedures
 from store.core.vclock import VectorClock
+from store.protocol.messages import Write
 from store.sim.client import History, SdkProcess, WorkloadClient
 from store.sim.cluster import SimCluster
 from store.sim.loop import Simulator

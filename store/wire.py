@@ -1,6 +1,6 @@
 """Request types of Meridian's RPC protocol, shared by servers and the SDK.
 
-Payloads are ``store.core.codec`` messages:
+Payloads are ``store.protocol.codec`` messages:
 
 * ``SUBMIT``: a client's ``Submit``; the response is an ``Outcome`` — the final one, or
   ``CERTIFIED`` first when the client asked for it (it then submits the same id again,

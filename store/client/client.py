@@ -52,11 +52,11 @@ from store.client.protocol import (
 )
 from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
-from store.core.follower import SnapshotRead
 from store.core.partition import Partitioner
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
+from store.protocol.messages import SnapshotRead
 from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionClosed
 from store.rpc.aio import Rpc, new_event_loop
 from store.rpc.udp import source_address_toward

@@ -54,8 +54,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from store import wire
-from store.core import codec
-from store.core.cm import ConfigReply, GetConfig
 from store.core.errors import (
     ERROR_OF_STATUS,
     Aborted,
@@ -64,10 +62,17 @@ from store.core.errors import (
     Status,
     Unavailable,
 )
-from store.core.follower import SnapshotRead, SnapshotReply
-from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.vclock import VectorClock
+from store.protocol import codec
+from store.protocol.messages import (
+    ConfigReply,
+    GetConfig,
+    Outcome,
+    SnapshotRead,
+    SnapshotReply,
+    Submit,
+)
 from store.rpc.errors import RequestTimeout, RpcError, SessionError
 
 Address = Hashable

@@ -47,7 +47,13 @@ from store.core.execution import (
     Execution,
     Transaction,
 )
-from store.core.messages import (
+from store.core.participant import Participant
+from store.core.partition import Partitioner
+from store.core.settings import Settings
+from store.core.txn import OPS_PROCEDURE, OpList, Procedures, Tx
+from store.core.vclock import EMPTY, VectorClock
+from store.core.watermark import ClockWaits, VectorWatermark
+from store.protocol.messages import (
     AbortReply,
     AbortRequest,
     InstallReply,
@@ -62,12 +68,6 @@ from store.core.messages import (
     ValidateReply,
     ValidateRequest,
 )
-from store.core.participant import Participant
-from store.core.partition import Partitioner
-from store.core.settings import Settings
-from store.core.txn import OPS_PROCEDURE, OpList, Procedures, Tx
-from store.core.vclock import EMPTY, VectorClock
-from store.core.watermark import ClockWaits, VectorWatermark
 
 # A coordinator's transaction ids in epoch e start at (e << TXN_SEQ_EPOCH_SHIFT) + 1.
 TXN_SEQ_EPOCH_SHIFT = 28

@@ -16,7 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from store.core.errors import InvalidRequest, Status
-from store.core.messages import (
+from store.core.participant import Participant
+from store.core.partition import Partitioner
+from store.core.settings import Settings
+from store.core.txn import OpList, ReadBatch, Tx, UserAbort
+from store.core.vclock import EMPTY
+from store.protocol.messages import (
     Message,
     ReadItem,
     ReadReply,
@@ -25,11 +30,6 @@ from store.core.messages import (
     Submit,
     Write,
 )
-from store.core.participant import Participant
-from store.core.partition import Partitioner
-from store.core.settings import Settings
-from store.core.txn import OpList, ReadBatch, Tx, UserAbort
-from store.core.vclock import EMPTY
 
 EXECUTING = 1
 LOCKING = 2

@@ -42,10 +42,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from store.core.cm import FOLLOWER, REJOINING, ClusterMap, ConfigReply, Heartbeat
 from store.core.epoch import StreamEpochs, counter_base
 from store.core.errors import InvalidRequest
-from store.core.messages import Message
 from store.core.partition import Partitioner
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
@@ -62,50 +60,21 @@ from store.core.ready import Ready
 from store.core.replica import Probe, ShardLeader, Takeover
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import VersionedStore
-from store.core.transfer import (
-    FollowerState,
-    StateDecoder,
-    StatePiece,
-    StateRequest,
-    StateServer,
-    StoreSnapshot,
-)
+from store.core.transfer import FollowerState, StateDecoder, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
-
-
-class SnapshotRead(Message):
-    """A read-only snapshot of keys (and ranges) of one shard, served by a follower."""
-
-    __slots__ = ("keys", "req_id", "scans")
-
-    def __init__(self, req_id: int, keys: list[str], scans: list[tuple[str, str, int]]) -> None:
-        self.req_id = req_id
-        self.keys = keys
-        self.scans = scans
-
-
-class SnapshotReply(Message):
-    """``values[i]`` for ``keys[i]`` (None: absent); ``scans[j]`` the pairs of range j;
-    ``vw``: the vector watermark the snapshot is at; ``applied_slots``: replay progress."""
-
-    __slots__ = ("applied_slots", "req_id", "scans", "shard", "values", "vw")
-
-    def __init__(
-        self,
-        req_id: int,
-        shard: int,
-        values: list[Any],
-        scans: list[list[tuple[str, Any]]],
-        vw: VectorClock,
-        applied_slots: int,
-    ) -> None:
-        self.req_id = req_id
-        self.shard = shard
-        self.values = values
-        self.scans = scans
-        self.vw = vw
-        self.applied_slots = applied_slots
+from store.protocol.cluster_map import ClusterMap
+from store.protocol.messages import (
+    FOLLOWER,
+    REJOINING,
+    ConfigReply,
+    Heartbeat,
+    Message,
+    SnapshotRead,
+    SnapshotReply,
+    StatePiece,
+    StateRequest,
+)
 
 
 class ShardFollower:

@@ -53,13 +53,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from store.core.messages import ReadItem, RecordedScan, ScanRange, Write
 from store.core.partition import table_of
 from store.core.settings import Settings
 from store.core.storage import CERTIFIED, HIDDEN, Version, VersionedStore
 from store.core.txn import OpList
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, ShardWatermark
+from store.protocol.messages import ReadItem, RecordedScan, ScanRange, Write
 
 LOCKED = 1
 INSTALLED = 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store.core.messages import Message
+from store.protocol.messages import Message
 
 
 @dataclass(slots=True)

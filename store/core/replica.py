@@ -33,32 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from store.core.cm import LEADER, ClusterMap, ConfigReply, Heartbeat
 from store.core.coordinator import Certification, Coordinator
 from store.core.epoch import StreamEpochs, counter_base
 from store.core.errors import Status
-from store.core.messages import (
-    PEER_REPLIES,
-    PEER_REQUESTS,
-    READ_REFUSED,
-    AbortReply,
-    AbortRequest,
-    Gossip,
-    InstallReply,
-    InstallRequest,
-    LockReply,
-    LockRequest,
-    Message,
-    Outcome,
-    ReadReply,
-    ReadRequest,
-    SoloReply,
-    SoloRequest,
-    Submit,
-    ValidateReply,
-    ValidateRequest,
-    Write,
-)
 from store.core.participant import Participant
 from store.core.partition import Partitioner
 from store.core.paxos import (
@@ -74,10 +51,37 @@ from store.core.paxos import (
 from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.storage import ROLLED_BACK, VersionedStore
-from store.core.transfer import FollowerState, StateRequest, StateServer, StoreSnapshot
+from store.core.transfer import FollowerState, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, ShardWatermark, VectorWatermark
+from store.protocol.cluster_map import ClusterMap
+from store.protocol.messages import (
+    LEADER,
+    PEER_REPLIES,
+    PEER_REQUESTS,
+    READ_REFUSED,
+    AbortReply,
+    AbortRequest,
+    ConfigReply,
+    Gossip,
+    Heartbeat,
+    InstallReply,
+    InstallRequest,
+    LockReply,
+    LockRequest,
+    Message,
+    Outcome,
+    ReadReply,
+    ReadRequest,
+    SoloReply,
+    SoloRequest,
+    StateRequest,
+    Submit,
+    ValidateReply,
+    ValidateRequest,
+    Write,
+)
 
 
 class Probe(Protocol):
@@ -119,7 +123,7 @@ class Takeover:
 
 class ShardLeader:
     # What it takes from peers: requests it answers within the handle call (the reply
-    # rule of store.core.messages), and one-way messages.
+    # rule of store.protocol.messages), and one-way messages.
     ANSWERS: tuple[type[Message], ...] = (*PEER_REQUESTS, StateRequest)
     ONE_WAY: tuple[type[Message], ...] = (Gossip, ConfigReply)
     # What it takes as replies to its own requests to peers.

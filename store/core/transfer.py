@@ -17,8 +17,10 @@ its stream has chosen, plus what it installed beyond, which the stream's replay 
 or its epoch's FVW rolls back). It takes its state once per transfer, when the first piece is asked for, in an
 explicit msgpack layout (no pickle: the bytes cross the network), and serves it in pieces of
 ``transfer_piece_bytes`` (``StateRequest`` / ``StatePiece``), so a large store never needs
-one message larger than the RPC core's limit and a lost piece costs one piece. The rejoiner
-decodes with ``decode_state``, which checks every field's shape (``InvalidRequest``).
+one message larger than the RPC core's limit and a lost piece costs one piece (the two
+messages are in ``store.protocol.messages``; a piece's bytes are opaque to the protocol).
+The rejoiner decodes with ``decode_state``, which checks every field's shape
+(``InvalidRequest``).
 
 The source never stops to copy its store. Taking the state copies the small parts and only
 the list of keys and the store's next version id (``StoreSnapshot``); each piece then
@@ -43,15 +45,15 @@ from typing import Any
 
 import msgpack
 
-from store.core.cm import ClusterMap, cluster_map_from_wire
 from store.core.epoch import StreamEpochs
 from store.core.errors import InvalidRequest
-from store.core.messages import Message
 from store.core.paxos import Ballot, Entry
 from store.core.paxos.messages import entry_from_wire, entry_to_wire
 from store.core.storage import ROLLED_BACK, VersionedStore
 from store.core.vclock import VectorClock
-from store.core.wirecheck import Fields
+from store.protocol.cluster_map import ClusterMap, cluster_map_from_wire
+from store.protocol.messages import StatePiece, StateRequest
+from store.protocol.wirecheck import Fields
 
 STATE_TAG = 1
 STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
@@ -69,39 +71,6 @@ _RECENT_AT = 14
 Speculative = tuple[int, VectorClock, list[str]]
 # One key's versions, oldest first: (value, deleted, vc, epoch, txn_id).
 Chain = list[tuple[Any, bool, VectorClock, int, int]]
-
-
-class StateRequest(Message):
-    """The replica at ``requester`` asks a follower for ``length`` bytes from ``offset`` of
-    its state for transfer ``req_id`` (offset 0 with a new ``req_id`` fixes a new state)."""
-
-    __slots__ = ("length", "offset", "req_id", "requester", "shard")
-
-    def __init__(self, requester: str, req_id: int, shard: int, offset: int, length: int) -> None:
-        self.requester = requester
-        self.req_id = req_id
-        self.shard = shard
-        self.offset = offset
-        self.length = length
-
-
-class StatePiece(Message):
-    """``data`` = bytes ``[offset, offset + len(data))`` of a state of which the source has
-    encoded ``total`` bytes so far; ``more``: bytes follow beyond ``total`` (the source is
-    still encoding). ``total`` 0: refused (the source has no state to give, or has dropped
-    this transfer)."""
-
-    __slots__ = ("data", "more", "offset", "req_id", "shard", "total")
-
-    def __init__(
-        self, req_id: int, shard: int, offset: int, total: int, data: bytes, more: bool = False
-    ) -> None:
-        self.req_id = req_id
-        self.shard = shard
-        self.offset = offset
-        self.total = total
-        self.data = data
-        self.more = more
 
 
 @dataclass

@@ -18,7 +18,7 @@ messages to send and when to wake it. The host gives it the world:
   ``GetConfig``) is
   handed to the replica from a fresh token address ``p\\0<n>``, if it is one the replica
   answers (its ``ANSWERS``; its ``ONE_WAY`` messages are handed over with no reply). Replicas answer synchronously — the reply comes out of the very
-  ``handle`` call that received the request (``store.core.messages.PEER_REQUESTS``) — and
+  ``handle`` call that received the request (``store.protocol.messages.PEER_REQUESTS``) — and
   the reply becomes the RPC response. The host checks that rule both ways: a request that
   produced no reply, or a reply to a token no longer waiting, is a broken invariant. A
   one-way message (gossip) gets an empty response at once.
@@ -45,18 +45,14 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from store import wire
-from store.core import codec
-from store.core.cm import ConfigMember, GetConfig
+from store.core.cm import ConfigMember
 from store.core.errors import InvalidRequest, Status
-from store.core.follower import ShardFollower, SnapshotRead
-from store.core.messages import (
-    Message,
-    Outcome,
-    Submit,
-)
+from store.core.follower import ShardFollower
 from store.core.paxos import PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.vclock import EMPTY
+from store.protocol import codec
+from store.protocol.messages import GetConfig, Message, Outcome, SnapshotRead, Submit
 from store.rpc import Nexus, ReqHandle, RpcBase, RpcError, Session
 
 log = logging.getLogger("meridian.host")
@@ -229,7 +225,7 @@ class ReplicaHost:
         if self.failure is None and token in self._peer_replies:
             self._fail(AssertionError(
                 f"{type(message).__name__} got no reply within its handle call "
-                "(the reply rule of store.core.messages.PEER_REQUESTS)"
+                "(the reply rule of store.protocol.messages.PEER_REQUESTS)"
             ))
 
     def on_stream_message(self, src: str, message: PaxosMessage) -> None:

@@ -30,13 +30,14 @@ import msgpack
 
 from store import wire
 from store.config import ClusterConfig, ConfigError, ReplicaNode
-from store.core.cm import ClusterMap, ConfigMember
+from store.core.cm import ConfigMember
 from store.core.follower import ShardFollower
 from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
 from store.node.host import ReplicaHost
 from store.node.replication import ReplicationTransport
+from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
 from store.rpc.aio import Rpc, new_event_loop
 

@@ -32,8 +32,8 @@ from store.client.protocol import (
     TxnResult,
 )
 from store.core.errors import MeridianError, OutcomeUnknown
-from store.core.follower import SnapshotRead, SnapshotReply
 from store.core.partition import Partitioner
+from store.protocol.messages import SnapshotRead, SnapshotReply
 from store.rpc import Nexus, RequestTimeout, RpcError, RpcSettings, Session, SessionClosed
 from store.sim.cluster import SimEndpoint
 from store.sim.loop import Simulator

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from store.config import MERIDIAN_RPC_SETTINGS
-from store.core.cm import ClusterMap, ConfigMember
+from store.core.cm import ConfigMember
 from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
 from store.core.partition import Partitioner
@@ -30,6 +30,7 @@ from store.core.txn import Procedures
 from store.core.vclock import EMPTY
 from store.node.host import ReplicaHost
 from store.proto.convert import BATCH_MESSAGES_MAX, parse_batch, to_batch
+from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, RpcSettings
 from store.rpc.sim import SimRpc
 from store.sim.loop import Simulator

@@ -41,10 +41,10 @@ from typing import Any
 
 from store.core.coordinator import Certification
 from store.core.epoch import EPOCH_SHIFT, counter_base
-from store.core.follower import ShardFollower, SnapshotReply, leader_data
-from store.core.messages import Write
+from store.core.follower import ShardFollower, leader_data
 from store.core.replica import ShardLeader
 from store.core.vclock import EMPTY, VectorClock
+from store.protocol.messages import SnapshotReply, Write
 
 VIOLATIONS_KEPT_MAX = 20
 

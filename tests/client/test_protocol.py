@@ -23,7 +23,6 @@ from store.client.protocol import (
     Sleep,
     Steps,
 )
-from store.core import codec
 from store.core.errors import (
     Aborted,
     InvalidRequest,
@@ -35,9 +34,10 @@ from store.core.errors import (
     UnknownProcedure,
     UserAborted,
 )
-from store.core.messages import Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.vclock import VectorClock
+from store.protocol import codec
+from store.protocol.messages import Outcome, Submit
 from store.rpc import PeerUnavailable, RequestTimeout, SessionRefused
 
 LEADERS = ["leader/0", "leader/1"]
@@ -292,7 +292,7 @@ def test_not_a_leader_on_the_first_send_is_unavailable() -> None:
 def test_a_follower_that_cannot_serve_a_snapshot_read_now_says_why() -> None:
     """A restarted follower still copying its state refuses snapshot reads with a typed
     Unavailable that names the reason (it used to answer nothing a client could decode)."""
-    from store.core.follower import SnapshotRead
+    from store.protocol.messages import SnapshotRead
 
     refusal = outcome(Status.UNAVAILABLE, detail="f/0 does not serve SnapshotRead now: rejoining")
     driver = Driver(answers(refusal))

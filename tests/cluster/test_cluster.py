@@ -27,10 +27,10 @@ from store.client import (
     Unavailable,
     UnknownProcedure,
 )
-from store.core import codec
 from store.core.errors import Status
-from store.core.messages import Outcome, Submit
 from store.node.up import ProcessCluster
+from store.protocol import codec
+from store.protocol.messages import Outcome, Submit
 from store.rpc import Nexus, RpcError
 from store.rpc.aio import Rpc
 from tests.cluster.conftest import bank_is_clean, list_append_is_clean, run

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.core import codec
 from store.core.errors import InvalidRequest
-from store.core.follower import SnapshotRead, SnapshotReply
-from store.core.messages import (
+from store.core.vclock import VectorClock
+from store.protocol import codec
+from store.protocol.messages import (
     AbortReply,
     AbortRequest,
     Gossip,
@@ -23,14 +23,16 @@ from store.core.messages import (
     Outcome,
     ReadReply,
     ReadRequest,
+    SnapshotRead,
+    SnapshotReply,
     SoloReply,
     SoloRequest,
+    StatePiece,
+    StateRequest,
     Submit,
     ValidateReply,
     ValidateRequest,
 )
-from store.core.transfer import StatePiece, StateRequest
-from store.core.vclock import VectorClock
 
 VC = VectorClock({0: 3, 2: 9})
 ITEM = ("t/a", 4, {"x": [1, 2.5, "s", b"b", None, True]}, False, VC, 77)

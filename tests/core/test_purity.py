@@ -1,4 +1,5 @@
-"""DESIGN.md §7: the cores never import I/O, clocks, randomness or threads."""
+"""DESIGN.md §7: the cores (``store/core``, and the wire protocol ``store/protocol``) never
+import I/O, clocks, randomness or threads."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import ast
 from tests.conftest import REPO
 
 BANNED = {"asyncio", "socket", "grpc", "time", "random", "threading", "os"}
+# The packages under store/ that must stay pure.
+PURE_PACKAGES = ("core", "protocol")
 
 
 def banned_imports(source: str) -> list[str]:
@@ -22,9 +25,12 @@ def banned_imports(source: str) -> list[str]:
     return found
 
 
-def test_store_core_imports_no_io_clock_or_randomness() -> None:
-    modules = sorted((REPO / "store" / "core").rglob("*.py"))
-    assert modules, "store/core has no modules"
+def test_store_core_and_protocol_import_no_io_clock_or_randomness() -> None:
+    modules = []
+    for package in PURE_PACKAGES:
+        found = sorted((REPO / "store" / package).rglob("*.py"))
+        assert found, f"store/{package} has no modules"
+        modules += found
     offenders = {
         str(path.relative_to(REPO)): hits
         for path in modules

@@ -4,7 +4,7 @@ failover decision, a participant's epoch change."""
 
 from __future__ import annotations
 
-from store.core.cm import FOLLOWER, LEADER, REJOINING, ClusterMap, ConfigMember, Heartbeat
+from store.core.cm import ConfigMember
 from store.core.epoch import EPOCH_SHIFT, StreamEpochs, counter_base, epoch_of
 from store.core.participant import Participant
 from store.core.paxos import Entry, EntryKind
@@ -12,6 +12,8 @@ from store.core.settings import DEFAULT_SETTINGS, MS
 from store.core.storage import VersionedStore
 from store.core.vclock import VectorClock
 from store.core.watermark import ShardWatermark, VectorWatermark
+from store.protocol.cluster_map import ClusterMap
+from store.protocol.messages import FOLLOWER, LEADER, REJOINING, Heartbeat
 
 
 def test_counters_carry_their_epoch() -> None:

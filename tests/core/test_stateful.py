@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from store.core.errors import Status
-from store.core.messages import Message, Outcome, Submit
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.settings import MS
 from store.core.txn import Procedures
+from store.protocol.messages import Message, Outcome, Submit
 from store.sim.oracles import Recorder
 
 SHARDS = 3

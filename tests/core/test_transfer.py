@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.core.cm import ClusterMap
 from store.core.epoch import StreamEpochs
 from store.core.errors import InvalidRequest
 from store.core.paxos import (
@@ -28,7 +27,6 @@ from store.core.storage import VersionedStore
 from store.core.transfer import (
     FollowerState,
     StateDecoder,
-    StateRequest,
     StateServer,
     StoreSnapshot,
     decode_state,
@@ -37,6 +35,8 @@ from store.core.transfer import (
     version_chains,
 )
 from store.core.vclock import VectorClock
+from store.protocol.cluster_map import ClusterMap
+from store.protocol.messages import StateRequest
 
 VC = VectorClock({0: 5, 1: 2})
 BATCH = Entry(EntryKind.BATCH, [[7, [["t/a", 1, False]], VC.to_wire()]], [5], VC, 5, VC, 0)
@@ -259,9 +259,9 @@ def test_a_copy_given_up_half_way_leaves_nothing_in_the_rejoiners_store() -> Non
     """The rejoiner puts versions into its store as pieces come; when a copy stalls and it
     asks the next source, what the first copy had put there goes: the store ends up holding
     exactly the state it installed."""
-    from store.core.cm import ConfigReply
     from store.core.follower import ShardFollower
     from store.core.settings import DEFAULT_SETTINGS
+    from store.protocol.messages import ConfigReply
 
     settings = DEFAULT_SETTINGS.with_overrides(transfer_piece_bytes=512)
     rejoiner = ShardFollower(0, "a", settings=settings, rejoining=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.core import codec
 from store.core.errors import Status
-from store.core.follower import ShardFollower, SnapshotRead
-from store.core.messages import Outcome
+from store.core.follower import ShardFollower
 from store.node.host import ReplicaHost
+from store.protocol import codec
+from store.protocol.messages import Outcome, SnapshotRead
 
 
 class _Timers:

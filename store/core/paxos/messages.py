@@ -10,7 +10,7 @@ Every message names its ``stream`` (an integer the replica assigns, e.g. one per
 leader worker), so one connection between two regions carries all of their streams.
 
 Each message is a msgpack array ``[tag, field, ...]``; tags start at 101 so they can never
-be mistaken for the certification messages of ``store.core.codec``. ``decode`` checks every
+be mistaken for the messages of ``store.protocol.codec``. ``decode`` checks every
 field before building a message: malformed input raises ``InvalidRequest`` and nothing else.
 The gRPC schema in ``proto/replication.proto`` mirrors these classes field for field.
 """
@@ -22,10 +22,10 @@ from typing import Any
 
 import msgpack
 
-from store.core.messages import Message
 from store.core.paxos.types import Ballot, Entry, EntryKind
 from store.core.vclock import VectorClock
-from store.core.wirecheck import Fields, decode_tagged
+from store.protocol.messages import Message
+from store.protocol.wirecheck import Fields, decode_tagged
 
 
 class PaxosMessage(Message):

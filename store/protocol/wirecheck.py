@@ -1,4 +1,5 @@
-"""Strict decoding shared by the wire codecs (``codec.py``, ``paxos/messages.py``).
+"""Strict decoding shared by the wire codecs (``store.protocol.codec``,
+``store.protocol.cluster_map``, ``store.core.paxos.messages``, ``store.core.transfer``).
 
 Messages are msgpack arrays ``[tag, field, ...]``. ``decode_tagged`` unpacks one, finds
 the tag's builder and arity, and turns every failure — garbage bytes, a wrong arity, a field

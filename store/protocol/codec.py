@@ -1,4 +1,5 @@
-"""Wire encoding of the core's messages (msgpack), with strict validation on decode.
+"""Wire encoding of the protocol's messages (``store.protocol.messages``; msgpack), with
+strict validation on decode.
 
 Every message is a msgpack array ``[tag, field, ...]``. Decoding checks the type of every
 field before a message object is built, so a replica's handlers only ever see well-formed
@@ -13,12 +14,16 @@ from typing import Any
 
 import msgpack
 
-from store.core.cm import ROLES, ConfigReply, GetConfig, Heartbeat, cluster_map_from_wire
-from store.core.follower import SnapshotRead, SnapshotReply
-from store.core.messages import (
+from store.core.vclock import VectorClock
+from store.protocol.cluster_map import cluster_map_from_wire
+from store.protocol.messages import (
+    ROLES,
     AbortReply,
     AbortRequest,
+    ConfigReply,
+    GetConfig,
     Gossip,
+    Heartbeat,
     InstallReply,
     InstallRequest,
     LockReply,
@@ -29,16 +34,18 @@ from store.core.messages import (
     ReadReply,
     ReadRequest,
     RecordedScan,
+    SnapshotRead,
+    SnapshotReply,
     SoloReply,
     SoloRequest,
+    StatePiece,
+    StateRequest,
     Submit,
     ValidateReply,
     ValidateRequest,
     Write,
 )
-from store.core.transfer import StatePiece, StateRequest
-from store.core.vclock import VectorClock
-from store.core.wirecheck import Fields, decode_tagged
+from store.protocol.wirecheck import Fields, decode_tagged
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 

@@ -1,9 +1,20 @@
-"""Messages a shard leader sends and receives (DESIGN.md §3).
+"""Every message Meridian's servers and its SDK exchange, except Paxos's own
+(``store.core.paxos.messages``).
 
 Plain slotted classes: the simulator hands them between nodes as objects, and
-``store.core.codec`` turns them into bytes for the real transports. Every message between
-leaders carries the transaction id; every reply from a participant carries the sender's
-shard watermark (the piggybacking of DESIGN.md §4).
+``store.protocol.codec`` turns them into bytes for the real transports. The families:
+
+* client <-> coordinator (DESIGN.md §3): ``Submit``, ``Outcome``;
+* coordinator <-> participant (DESIGN.md §3): the certification rounds. Every message
+  between leaders carries the transaction id; every reply from a participant carries the
+  sender's shard watermark (the piggybacking of DESIGN.md §4); ``Gossip`` between leaders;
+* follower snapshot reads (DESIGN.md §4, ``store.core.follower``): ``SnapshotRead``,
+  ``SnapshotReply``;
+* the configuration manager (DESIGN.md §5, ``store.core.cm``): ``Heartbeat``,
+  ``GetConfig``, ``ConfigReply`` (which carries a ``ClusterMap``);
+* state transfer to a restarted replica (docs/recovery.md "Rejoining",
+  ``store.core.transfer``): ``StateRequest``, ``StatePiece`` (opaque bytes of the state's
+  encoding, which only ``store.core.transfer`` reads).
 
 Shapes used below:
 * a read item: ``(key, vid, value, deleted, vc, writer_txn_id)``; vid 0 means no version;
@@ -16,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.core.vclock import VectorClock
+from store.protocol.cluster_map import ClusterMap
 
 ReadItem = tuple[str, int, Any, bool, VectorClock, int]
 RecordedScan = tuple[str, str, int, list[tuple[str, int]]]
@@ -264,6 +276,133 @@ class Gossip(Message):
     def __init__(self, shard: int, watermarks: dict[int, int]) -> None:
         self.shard = shard
         self.watermarks = watermarks
+
+
+# ---- follower snapshot reads ---------------------------------------------------------------
+
+
+class SnapshotRead(Message):
+    """A read-only snapshot of keys (and ranges) of one shard, served by a follower."""
+
+    __slots__ = ("keys", "req_id", "scans")
+
+    def __init__(self, req_id: int, keys: list[str], scans: list[tuple[str, str, int]]) -> None:
+        self.req_id = req_id
+        self.keys = keys
+        self.scans = scans
+
+
+class SnapshotReply(Message):
+    """``values[i]`` for ``keys[i]`` (None: absent); ``scans[j]`` the pairs of range j;
+    ``vw``: the vector watermark the snapshot is at; ``applied_slots``: replay progress."""
+
+    __slots__ = ("applied_slots", "req_id", "scans", "shard", "values", "vw")
+
+    def __init__(
+        self,
+        req_id: int,
+        shard: int,
+        values: list[Any],
+        scans: list[list[tuple[str, Any]]],
+        vw: VectorClock,
+        applied_slots: int,
+    ) -> None:
+        self.req_id = req_id
+        self.shard = shard
+        self.values = values
+        self.scans = scans
+        self.vw = vw
+        self.applied_slots = applied_slots
+
+
+# ---- the configuration manager -------------------------------------------------------------
+
+# A replica's role, in its heartbeats.
+LEADER = 0
+FOLLOWER = 1
+# A restarted replica that has not yet copied its state (docs/recovery.md "Rejoining"): it
+# counts neither as its shard's live leader nor as a candidate, and is sent the map.
+REJOINING = 2
+ROLES = (LEADER, FOLLOWER, REJOINING)
+
+
+class Heartbeat(Message):
+    """A replica to every CM member: alive, where it is, what it knows.
+
+    ``role``: LEADER, FOLLOWER or REJOINING; ``delivered``: slots of its shard's stream it has applied
+    (a leader: chosen); ``fvw_epoch``: the latest epoch whose FVW it has applied;
+    ``finalized``: ``[[epoch, watermark], ...]`` ended on its stream (leaders)."""
+
+    __slots__ = ("address", "delivered", "epoch", "finalized", "fvw_epoch", "role", "shard")
+
+    def __init__(
+        self, address: str, shard: int, role: int, epoch: int, delivered: int, fvw_epoch: int,
+        finalized: list[tuple[int, int]],
+    ) -> None:
+        self.address = address
+        self.shard = shard
+        self.role = role
+        self.epoch = epoch
+        self.delivered = delivered
+        self.fvw_epoch = fvw_epoch
+        self.finalized = finalized
+
+
+class GetConfig(Message):
+    """Asks a CM member for the cluster map (answered with ``ConfigReply``)."""
+
+    __slots__ = ("req_id",)
+
+    def __init__(self, req_id: int) -> None:
+        self.req_id = req_id
+
+
+class ConfigReply(Message):
+    """The cluster map, pushed by the CM leader or answering ``GetConfig`` (``req_id``; 0
+    when pushed). ``cm_leader``: the member that believes it leads, if any."""
+
+    __slots__ = ("cluster_map", "cm_leader", "req_id")
+
+    def __init__(self, req_id: int, cluster_map: ClusterMap, cm_leader: str) -> None:
+        self.req_id = req_id
+        self.cluster_map = cluster_map
+        self.cm_leader = cm_leader
+
+
+# ---- state transfer ------------------------------------------------------------------------
+
+
+class StateRequest(Message):
+    """The replica at ``requester`` asks a follower for ``length`` bytes from ``offset`` of
+    its state for transfer ``req_id`` (offset 0 with a new ``req_id`` fixes a new state)."""
+
+    __slots__ = ("length", "offset", "req_id", "requester", "shard")
+
+    def __init__(self, requester: str, req_id: int, shard: int, offset: int, length: int) -> None:
+        self.requester = requester
+        self.req_id = req_id
+        self.shard = shard
+        self.offset = offset
+        self.length = length
+
+
+class StatePiece(Message):
+    """``data`` = bytes ``[offset, offset + len(data))`` of a state of which the source has
+    encoded ``total`` bytes so far; ``more``: bytes follow beyond ``total`` (the source is
+    still encoding). ``total`` 0: refused (the source has no state to give, or has dropped
+    this transfer)."""
+
+    __slots__ = ("data", "more", "offset", "req_id", "shard", "total")
+
+    def __init__(
+        self, req_id: int, shard: int, offset: int, total: int, data: bytes, more: bool = False
+    ) -> None:
+        self.req_id = req_id
+        self.shard = shard
+        self.offset = offset
+        self.total = total
+        self.data = data
+        self.more = more
 
 
 # ---- how peers exchange them -----------------------------------------------------------------
