@@ -300,8 +300,14 @@ class ClientProtocol:
     def attempt(
         self, pending: PendingTxn, speculative: bool, attempt: int, detailed: bool
     ) -> Steps[TxnResult]:
-        """One transaction id to its answer: the result, or the typed error of its outcome."""
-        outcome = yield from self.exchange(pending, want_certified=speculative or detailed)
+        """One transaction id to its answer: the result, or the typed error of its outcome.
+
+        One request unless the caller takes the speculative answer: the committed answer
+        says how long it waited after certification (``Outcome.waited_ns``), which gives
+        ``certified_s`` without a CERTIFIED answer first. (``detailed`` is kept for the
+        callers' sake: every result now carries both times.)"""
+        del detailed
+        outcome = yield from self.exchange(pending, want_certified=speculative)
         certified_s = self.clock() - pending.started
         if outcome.status == Status.CERTIFIED:
             if speculative:
@@ -315,9 +321,10 @@ class ClientProtocol:
                 outcome.result = result
         if outcome.status == Status.COMMITTED:
             committed_s = self.clock() - pending.started
+            certified_s = min(certified_s, max(0.0, committed_s - outcome.waited_ns / 1e9))
             return TxnResult(
-                outcome.result, "committed", outcome.vc, min(certified_s, committed_s),
-                committed_s, attempt, _txn_id(pending),
+                outcome.result, "committed", outcome.vc, certified_s, committed_s, attempt,
+                _txn_id(pending),
             )
         raise _error(outcome)
 

@@ -119,6 +119,7 @@ class Coordinator(Execution):
         self.settings = settings
         self.vw = vector_watermark
         self.epoch = 0
+        self.now_ns = 0  # of the replica's current step (set by it): when answers leave
         self._send = send
         self._reply = reply
         self._observer = observer
@@ -262,11 +263,14 @@ class Coordinator(Execution):
         return True
 
     def _finish_client(self, txn: Transaction, status: Status, result: Any, detail: str) -> None:
-        if status == Status.COMMITTED and not self.may_acknowledge(txn.executed_at):
-            # Still counted in flight (_by_client): a retry of it waits like the original.
-            self.held.append((txn, result, detail))
-            return
-        outcome = Outcome(txn.seq, status, result, txn.vc, detail)
+        waited_ns = 0
+        if status == Status.COMMITTED:
+            if not self.may_acknowledge(txn.executed_at):
+                # Still counted in flight (_by_client): a retry of it waits like the original.
+                self.held.append((txn, result, detail))
+                return
+            waited_ns = max(0, self.now_ns - txn.certified_at)
+        outcome = Outcome(txn.seq, status, result, txn.vc, detail, waited_ns)
         key = (txn.client_id, txn.seq)
         self._by_client.pop(key, None)
         self._remember(key, outcome)
@@ -448,6 +452,7 @@ class Coordinator(Execution):
         txn.vc = vc
         txn.full_vc = full
         txn.certified = True
+        txn.certified_at = now_ns
         if txn.phase != DECIDED:
             txn.phase = DECIDED
         if observe:

@@ -48,6 +48,7 @@ class Transaction:
         "batch_items",
         "batch_scans",
         "certified",
+        "certified_at",
         "client_id",
         "conflict",
         "coro",
@@ -110,6 +111,7 @@ class Transaction:
         self.write_shards: dict[int, list[Write]] = {}
         self.vc = EMPTY
         self.certified = False
+        self.certified_at = 0
         self.result_value: Any = None
         self.executed_at = 0  # when the procedure finished: its reads were all made
 

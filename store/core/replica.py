@@ -249,7 +249,7 @@ class ShardLeader:
     # ---- entry points --------------------------------------------------------------------
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
-        self._now_ns = now_ns
+        self._now_ns = self.coordinator.now_ns = now_ns
         if isinstance(message, PaxosMessage):
             if self.stream is not None and message.stream == self.shard:
                 self.stream.handle(now_ns, src, message)
@@ -269,7 +269,7 @@ class ShardLeader:
             self._report_watermark()
 
     def tick(self, now_ns: int) -> None:
-        self._now_ns = now_ns
+        self._now_ns = self.coordinator.now_ns = now_ns
         if self.stream is not None:
             self.stream.tick(now_ns)
         self.coordinator.on_timer(now_ns)

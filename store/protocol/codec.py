@@ -60,7 +60,7 @@ def _items(items: list[ReadItem]) -> list[list[Any]]:
 
 _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Submit: lambda m: [1, m.client_id, m.seq, m.procedure, m.args, m.want_certified],
-    Outcome: lambda m: [2, m.seq, m.status, m.result, _vc(m.vc), m.detail],
+    Outcome: lambda m: [2, m.seq, m.status, m.result, _vc(m.vc), m.detail, m.waited_ns],
     ReadRequest: lambda m: [3, m.txn_id, m.req_no, m.keys, [list(s) for s in m.scans]],
     ReadReply: lambda m: [
         4, m.txn_id, m.req_no, m.shard, _items(m.items), [_items(s) for s in m.scans], m.watermark,
@@ -223,8 +223,8 @@ def _status(value: Any) -> int:
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     1: (6, lambda f: Submit(_str(f[1], "client_id"), _int(f[2], "seq"), _str(f[3], "procedure"),
                             _list(f[4], "args"), _bool(f[5], "want_certified"))),
-    2: (6, lambda f: Outcome(_int(f[1], "seq"), _status(f[2]), f[3], _clock(f[4]),
-                             _str(f[5], "detail"))),
+    2: (7, lambda f: Outcome(_int(f[1], "seq"), _status(f[2]), f[3], _clock(f[4]),
+                             _str(f[5], "detail"), _int(f[6], "waited_ns"))),
     3: (5, lambda f: ReadRequest(_int(f[1], "txn_id"), _int(f[2], "req_no"),
                                  _strs(f[3], "keys"), _scan_ranges(f[4]))),
     4: (7, lambda f: ReadReply(_int(f[1], "txn_id"), _int(f[2], "req_no"), _int(f[3], "shard"),

@@ -69,16 +69,25 @@ class Submit(Message):
 
 
 class Outcome(Message):
-    """The coordinator's answer. CERTIFIED may be followed by COMMITTED or ROLLED_BACK."""
+    """The coordinator's answer. CERTIFIED may be followed by COMMITTED or ROLLED_BACK.
 
-    __slots__ = ("detail", "result", "seq", "status", "vc")
+    ``waited_ns``: in a COMMITTED answer, how long the transaction waited at the coordinator
+    between its certification and its commit (0 when committed at once), so that a client
+    that asked for the committed answer only (one request) still learns when it was
+    certified."""
 
-    def __init__(self, seq: int, status: int, result: Any, vc: VectorClock, detail: str) -> None:
+    __slots__ = ("detail", "result", "seq", "status", "vc", "waited_ns")
+
+    def __init__(
+        self, seq: int, status: int, result: Any, vc: VectorClock, detail: str,
+        waited_ns: int = 0,
+    ) -> None:
         self.seq = seq
         self.status = status
         self.result = result
         self.vc = vc
         self.detail = detail
+        self.waited_ns = waited_ns
 
 
 # ---- coordinator <-> participant -----------------------------------------------------------

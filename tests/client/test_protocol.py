@@ -204,13 +204,24 @@ def test_a_conflict_is_retried_under_a_new_id_with_backoff_until_the_limit() -> 
     assert len(stubborn.submits()) == limit + 1
 
 
-def test_detailed_hears_certified_then_asks_again_for_the_commit() -> None:
-    driver = Driver(answers(outcome(Status.CERTIFIED, [1]), outcome(Status.COMMITTED)))
+def test_detailed_is_one_request_and_learns_its_certification_time_from_the_commit() -> None:
+    """Issue 12: a caller that waits for commit costs one SUBMIT, even when it wants both
+    times; the COMMITTED answer says how long it waited after certification."""
+    committed = codec.encode(Outcome(0, Status.COMMITTED, [1], VectorClock({0: 3}), "", 50_000_000))
+    driver = Driver(lambda effect: committed)
+
+    def slow(effect: Any) -> Any:
+        if isinstance(effect, Call):
+            driver.now += 0.080  # the answer comes 80 ms after the request
+        return committed
+
+    driver.answer = slow
     result = driver.run(driver.protocol.run(0, "p", [], False, True))
-    first, second = driver.submits()
-    assert first.want_certified and not second.want_certified and first.seq == second.seq
+    (only,) = driver.submits()
+    assert not only.want_certified
     assert result.result == [1] and result.status == "committed"
-    assert result.committed_s is not None and result.certified_s <= result.committed_s
+    assert result.committed_s == pytest.approx(0.080)
+    assert result.certified_s == pytest.approx(0.030)
 
 
 def test_speculative_returns_at_certification() -> None:
