@@ -4,12 +4,17 @@ failover decision, a participant's epoch change."""
 
 from __future__ import annotations
 
+import pytest
+
 from store.core.cm import ConfigMember
 from store.core.epoch import EPOCH_SHIFT, StreamEpochs, counter_base, epoch_of
+from store.core.follower import ShardFollower
 from store.core.participant import Participant
+from store.core.partition import Partitioner
 from store.core.paxos import Entry, EntryKind
 from store.core.settings import DEFAULT_SETTINGS, MS
 from store.core.storage import VersionedStore
+from store.core.txn import Procedures
 from store.core.vclock import VectorClock
 from store.core.watermark import ShardWatermark, VectorWatermark
 from store.protocol.cluster_map import ClusterMap
@@ -156,3 +161,25 @@ def test_a_participant_entering_an_epoch_aborts_what_still_holds_locks() -> None
     assert store.latest("t/a") is None
     participant.end_doubt(0, {0: 9})
     assert participant.lock(16, ["t/b"], 1)[0]  # resolved by the FVW
+
+
+@pytest.mark.parametrize("breaks", [frozenset(), frozenset({"stamps"})])
+def test_a_promoted_leaders_writers_dominate_the_epoch_base_of_every_shard(
+    breaks: frozenset[str],
+) -> None:
+    """docs/recovery.md rule 9: a leader that took a stream over rebuilt its store by replay,
+    which carries no read stamps, so every writer there dominates ``counter_base(epoch)`` on
+    every shard until the vector watermark passes it. ``--break stamps`` drops the rule,
+    and this is the deterministic check that catches it (the end-to-end seed is in
+    tests/sim/test_recovery.py)."""
+    follower = ShardFollower(
+        0, "us/0", partitioner=Partitioner(3), procedures=Procedures(), breaks=breaks
+    )
+    cluster_map = ClusterMap(1, ["us/0", "us/1", "us/2"], [["eu/0"], ["eu/1"], ["eu/2"]])
+    leader = follower.promote(0, cluster_map)
+    deps = leader.participant.dependencies(["la/000001"])
+    base = VectorClock({shard: counter_base(1) for shard in range(3)})
+    if breaks:
+        assert not base <= deps, "--break stamps no longer removes rule 9"
+    else:
+        assert base <= deps
