@@ -109,8 +109,11 @@ def test_a_new_leaders_writers_dominate_the_readers_its_predecessor_validated() 
     the key, and then crashed. The new leader rebuilt its store by replay, which carries no
     stamps, so an epoch-2 writer of that key missed the reader's shard-2 entry and became
     durable before it (dependency-closure). A new leader's writers now dominate the base of
-    its epoch on every shard until the vector watermark passes it (rule 9)."""
+    its epoch on every shard until the vector watermark passes it (rule 9).
+
+    Since issue 12's short path changed the schedules, seed 287 no longer meets that case
+    without the rule (nor did seeds 280-450 and 1000-1025 of a search): it stays here as a
+    clean failover seed, and tests/core/test_recovery_core.py checks rule 9, and that
+    ``--break stamps`` removes it, on a promoted leader directly."""
     summary = run_many([287], SEED_RUN)
     assert summary["failovers"] >= 1 and summary["anomalies"] == 0, summary.get("first_failure")
-    broken = run_many([287], replace(SEED_RUN, break_step="stamps"))
-    assert "dependency-closure" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
