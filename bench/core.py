@@ -10,9 +10,9 @@ committed transactions count; an aborted one is counted apart, not retried.
 
 Each leader is handed the messages queued for it as a batch and its ``ready()`` carried out
 once per batch, as the server host does. The mix runs twice: with message objects handed
-over as they are (``mix_txn_per_s``), and
-with every message (submissions, outcomes, messages between leaders) encoded and decoded by
-the wire codec as the servers and the simulator do (``mix_codec_txn_per_s``).
+over as they are (``mix_txn_per_s``), and with every message (submissions, outcomes,
+messages between leaders) encoded and decoded by the wire codec as the servers and the
+simulator do (``mix_codec_txn_per_s``).
 ``python_calls_per_rmw_txn`` is the number of Python function calls (``cProfile``) one
 single-shard 4-key read-modify-write transaction costs, from submission to the COMMITTED
 outcome, without the codec; ``python_calls_per_mix_txn`` the same over the mix. A plain-dict
