@@ -39,17 +39,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import store
 from store.core.errors import Status
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.txn import OPS_PROCEDURE, Procedures
 from store.node import server as server_module
 
-try:  # the protocol module (issue 12); before it, the codec and messages lived in the core
-    from store.protocol import codec  # type: ignore[import-not-found, unused-ignore]
-    from store.protocol.messages import Outcome, Submit  # type: ignore[import-not-found, unused-ignore]
-except ImportError:  # pragma: no cover - the code before issue 12, for back-to-back runs
-    from store.core.messages import Outcome, Submit  # type: ignore[no-redef, unused-ignore]
+# The protocol module (issue 12); before it, the codec and messages lived in the core. The
+# test is on the files of the ``store`` imported, since an editable install of a newer
+# checkout would otherwise lend its ``store.protocol`` to an older one run back to back.
+if (Path(store.__file__).parent / "protocol").is_dir():
+    from store.protocol import codec
+    from store.protocol.messages import Outcome, Submit
+else:  # pragma: no cover - the code before issue 12, for back-to-back runs
+    from store.core.messages import (  # type: ignore[import-not-found, no-redef, unused-ignore]
+        Outcome,
+        Submit,
+    )
 
     from store.core import codec  # type: ignore[attr-defined, no-redef, unused-ignore]
 
