@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from store.core.settings import BREAKABLE_STEPS
+from store.sim import SCENARIO_NAMES
 
 
 def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -32,6 +33,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         scan_fraction=args.scan_fraction,
         snapshot_fraction=args.snapshot_fraction,
         crashes=args.crashes,
+        scenario=args.scenario,
     )
 
 
@@ -155,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--break", dest="break_step",
         choices=list(BREAKABLE_STEPS),
         help="switch one safety step off in the servers, to show the checkers catch it",
+    )
+    sim.add_argument(
+        "--scenario", choices=sorted(SCENARIO_NAMES),
+        help="a scripted fault schedule on top of the others (with --regions 3): "
+        "rejoin-behind crashes a leader whose last commits one follower holds, and restarts "
+        "it while that follower is cut off",
     )
     sim.add_argument(
         "--no-speculation", action="store_true",

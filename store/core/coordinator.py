@@ -42,6 +42,7 @@ from store.core.execution import (
     DECIDED,
     EXECUTING,
     LOCKING,
+    PREPARING,
     SOLO,
     VALIDATING,
     Execution,
@@ -54,6 +55,8 @@ from store.core.txn import OPS_PROCEDURE, OpList, Procedures, Tx
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, VectorWatermark
 from store.protocol.messages import (
+    PREPARE_CONFLICT,
+    PREPARE_OK,
     AbortReply,
     AbortRequest,
     InstallReply,
@@ -62,6 +65,8 @@ from store.protocol.messages import (
     LockRequest,
     Message,
     Outcome,
+    PrepareReply,
+    PrepareRequest,
     SoloReply,
     SoloRequest,
     Submit,
@@ -189,6 +194,8 @@ class Coordinator(Execution):
                 ops = OpList(args[0], self.settings)
                 if self._run_local(now_ns, src, submit, key, txn_id, ops):
                     return
+                if self._run_pair(now_ns, src, submit, key, txn_id, ops):
+                    return
             except InvalidRequest as exc:
                 outcome = Outcome(submit.seq, Status.INVALID, None, EMPTY, str(exc))
                 self._remember(key, outcome)
@@ -261,6 +268,129 @@ class Coordinator(Execution):
         txn.result_value = result
         self._certified(now_ns, txn, vc, full, observe=False)
         return True
+
+    def _run_pair(
+        self, now_ns: int, src: str, submit: Submit, key: tuple[str, int], txn_id: int,
+        ops: OpList,
+    ) -> bool:
+        """The pair path: an operation list whose keys are on this shard and exactly one
+        other (no scan, no compare-and-set, speculation on) is certified in one round.
+
+        Here, in this step: lock this shard's writes (drawing its counter) and read this
+        shard's keys. Then one ``PrepareRequest`` to the other shard, carrying this part of
+        the clock: it locks its writes, reads, checks its only-read keys against other
+        transactions' locks and votes (``Participant.prepare``). On its answer
+        (``on_prepare_reply``) the list runs on both shards' values, this shard's reads are
+        validated, and the transaction is decided and installed here at once; the other
+        shard gets an ``InstallRequest`` if it holds locks. Against the general path
+        (read, lock, validate, install: four rounds) this is one round before the
+        decision; the reasons it is still serializable are in ``Participant.prepare``.
+        False (nothing done) if the list does not qualify."""
+        if ops.batch.scans or ops.conditional or not self.settings.speculation:
+            return False
+        shard_of = self.partitioner.shard_of
+        here = self.shard
+        other = -1
+        local_reads: list[str] = []
+        remote_reads: list[str] = []
+        for read_key in ops.batch.keys:
+            shard = shard_of(read_key)
+            if shard == here:
+                local_reads.append(read_key)
+                continue
+            if other not in (-1, shard):
+                return False
+            other = shard
+            remote_reads.append(read_key)
+        local_locks: list[str] = []
+        remote_locks: list[str] = []
+        for written in ops.written:
+            shard = shard_of(written)
+            if shard == here:
+                local_locks.append(written)
+                continue
+            if other not in (-1, shard):
+                return False
+            other = shard
+            remote_locks.append(written)
+        if other == -1 or not (local_reads or local_locks):
+            return False
+        txn = Transaction(txn_id, submit, src, None, self.epoch)
+        txn.ops = ops
+        txn.executed_at = now_ns
+        txn.batch = ops.batch
+        counter = 0
+        if local_locks:
+            ok, counter, deps = self.participant.lock(txn_id, local_locks, self.epoch, now_ns)
+            if not ok:
+                self.counters["aborted"] += 1
+                outcome = Outcome(submit.seq, Status.ABORTED, None, EMPTY, "lock conflict")
+                self._remember(key, outcome)
+                self._reply(src, outcome)
+                return True
+            txn.counters[here] = counter
+            txn.deps = deps
+            txn.write_shards[here] = []
+        if remote_locks:
+            txn.write_shards[other] = []
+        self._absorb_reads(txn, here, self.participant.read(local_reads), [])
+        base = txn.read_vc.merge(txn.deps)
+        if counter:
+            base = base.with_entry(here, counter)
+        self._txns[txn_id] = txn
+        self._by_client[key] = txn_id
+        txn.phase = PREPARING
+        txn.waiting.add(other)
+        self._request(
+            now_ns, txn_id, other,
+            PrepareRequest(txn_id, remote_reads, remote_locks, base, self.epoch),
+        )
+        return True
+
+    def on_prepare_reply(self, now_ns: int, reply: PrepareReply) -> None:
+        txn = self._txns.get(reply.txn_id)
+        if (
+            txn is None or txn.phase != PREPARING or reply.shard not in txn.waiting
+            or reply.status not in (PREPARE_OK, PREPARE_CONFLICT)
+        ):
+            return  # late, duplicated, or refused for now (no lease): the retry asks again
+        shard = reply.shard
+        txn.waiting.discard(shard)
+        self._pending.pop((txn.txn_id, shard), None)
+        if reply.status == PREPARE_CONFLICT:
+            self._abort_everywhere(now_ns, txn, "conflict")
+            return
+        ops = txn.ops
+        assert ops is not None
+        if shard in txn.write_shards:
+            assert reply.counter > 0, "a prepare that locked drew no counter"
+            txn.counters[shard] = reply.counter
+        txn.deps = txn.deps.merge(reply.deps)
+        self._absorb_reads(txn, shard, reply.items, [])
+        if len(txn.batch_items) != len(ops.batch.keys):
+            # A reply that does not answer what was asked (only a faulty peer sends one).
+            self._abort_everywhere(now_ns, txn, "malformed prepare reply")
+            return
+        try:
+            result = ops.run(
+                [txn.batch_items[read_key][2] for read_key in ops.batch.keys], [], txn.writes,
+                self.settings,
+            )
+        except InvalidRequest as exc:
+            self._abort_everywhere(now_ns, txn, str(exc), Status.INVALID)
+            return
+        txn.result_value = result
+        shard_of = self.partitioner.shard_of
+        for written, (value, deleted) in txn.writes.items():
+            txn.write_shards[shard_of(written)].append((written, value, deleted))
+        self._clock(txn)
+        reads = list(txn.reads.get(self.shard, {}).items())
+        if (reads or self.shard in txn.counters) and not self.participant.validate(
+            txn.txn_id, reads, [], txn.vc, txn.epoch
+        ):
+            self._abort_everywhere(now_ns, txn, "validation failed")
+            return
+        self._decide(now_ns, txn)
 
     def _finish_client(self, txn: Transaction, status: Status, result: Any, detail: str) -> None:
         waited_ns = 0
@@ -354,8 +484,9 @@ class Coordinator(Execution):
         if not txn.waiting:
             self._start_validation(now_ns, txn)
 
-    def _start_validation(self, now_ns: int, txn: Transaction) -> None:
-        txn.phase = VALIDATING
+    def _clock(self, txn: Transaction) -> None:
+        """Sets ``txn``'s clock from its reads, the dependencies of its locks and its
+        counters, once every lock is held."""
         full = txn.read_vc.merge(txn.deps)
         for shard, counter in txn.counters.items():
             full = full.with_entry(shard, counter)
@@ -365,6 +496,10 @@ class Coordinator(Execution):
         txn.durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
         txn.full_vc = full
         txn.vc = vc
+
+    def _start_validation(self, now_ns: int, txn: Transaction) -> None:
+        txn.phase = VALIDATING
+        self._clock(txn)
         # Every shard that read or locked votes: a write-only participant's vote tells it
         # the transaction is still alive, so that its locks do not expire under it.
         voters = sorted(
@@ -502,7 +637,7 @@ class Coordinator(Execution):
             if txn.phase == EXECUTING:
                 txn.close()
                 self._end_before_certify(txn, Status.ABORTED, "the epoch changed")
-            elif txn.phase in (LOCKING, VALIDATING):
+            elif txn.phase in (LOCKING, VALIDATING, PREPARING):
                 self._abort_everywhere(now_ns, txn, "the epoch changed")
             elif txn.phase == DECIDED:
                 for shard in txn.waiting:
@@ -539,13 +674,16 @@ class Coordinator(Execution):
         if self._awaiting_commit.get(txn.txn_id) is txn and txn.epoch == self.epoch:
             self._wait_or_commit(txn)
 
-    def _aborted(self, txn: Transaction, detail: str) -> None:
-        self.counters["aborted"] += 1
-        self._finish_client(txn, Status.ABORTED, None, detail)
+    def _aborted(self, txn: Transaction, detail: str, status: Status = Status.ABORTED) -> None:
+        if status == Status.ABORTED:
+            self.counters["aborted"] += 1
+        self._finish_client(txn, status, None, detail)
         txn.phase = ABORTING
         self._forget_if_done(txn)
 
-    def _abort_everywhere(self, now_ns: int, txn: Transaction, detail: str) -> None:
+    def _abort_everywhere(
+        self, now_ns: int, txn: Transaction, detail: str, status: Status = Status.ABORTED
+    ) -> None:
         """Releases whatever the transaction may hold on its write shards."""
         for shard in txn.waiting:
             self._pending.pop((txn.txn_id, shard), None)
@@ -556,7 +694,7 @@ class Coordinator(Execution):
             else:
                 txn.waiting.add(shard)
                 self._request(now_ns, txn.txn_id, shard, AbortRequest(txn.txn_id))
-        self._aborted(txn, detail)
+        self._aborted(txn, detail, status)
 
     def _forget_if_done(self, txn: Transaction) -> None:
         if txn.waiting or txn.txn_id in self._awaiting_commit:
@@ -586,7 +724,9 @@ class Coordinator(Execution):
             txn = self._txns.get(txn_id)
             # A solo request may already have been applied, so it is retried until answered,
             # like an install: only rounds before any decision may give up.
-            undecided = txn is not None and txn.phase in (EXECUTING, LOCKING, VALIDATING)
+            undecided = txn is not None and txn.phase in (
+                EXECUTING, LOCKING, VALIDATING, PREPARING
+            )
             if undecided and attempts >= self.settings.peer_attempts_max and txn is not None:
                 self.counters["gave_up"] += 1
                 if txn.phase == EXECUTING:

@@ -37,6 +37,7 @@ VALIDATING = 3
 SOLO = 4
 DECIDED = 5  # certified: installs may still be in flight
 ABORTING = 6  # aborted: abort requests may still be in flight
+PREPARING = 7  # the pair path: its one PrepareRequest is out (store.core.coordinator)
 
 
 

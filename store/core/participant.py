@@ -59,7 +59,14 @@ from store.core.storage import CERTIFIED, HIDDEN, Version, VersionedStore
 from store.core.txn import OpList
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, ShardWatermark
-from store.protocol.messages import ReadItem, RecordedScan, ScanRange, Write
+from store.protocol.messages import (
+    PREPARE_CONFLICT,
+    PREPARE_OK,
+    ReadItem,
+    RecordedScan,
+    ScanRange,
+    Write,
+)
 
 LOCKED = 1
 INSTALLED = 2
@@ -71,7 +78,7 @@ OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
 
 
 class _Held:
-    __slots__ = ("counter", "deps", "epoch", "keys", "voted")
+    __slots__ = ("counter", "deps", "epoch", "keys", "prepared", "voted")
 
     def __init__(self, keys: list[str], counter: int, deps: VectorClock, epoch: int) -> None:
         self.keys = keys
@@ -79,6 +86,13 @@ class _Held:
         self.deps = deps
         self.epoch = epoch
         self.voted = False  # validated here: the coordinator may have decided to commit
+        # A transaction prepared here (``prepare``): what it read, for a retransmission.
+        self.prepared: list[ReadItem] | None = None
+
+
+# Participant.prepare's answers (the wire's PrepareReply.status values).
+PREPARED = PREPARE_OK
+REFUSED = PREPARE_CONFLICT
 
 
 class Participant:
@@ -189,6 +203,76 @@ class Participant:
         if now_ns is not None and self.settings.lock_timeout_ns > 0:
             heapq.heappush(self._expiries, (now_ns + self.settings.lock_timeout_ns, txn_id))
         return True, counter, deps
+
+    def prepare(
+        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
+    ) -> tuple[int, int, list[ReadItem], VectorClock]:
+        """The one round of a two-shard operation list (the coordinator's pair path): locks
+        ``locks`` and draws a counter (if any), reads ``reads``, checks that no key it only
+        reads is locked by another transaction, and votes yes, all in one step. Returns
+        (PREPARED or REFUSED, counter, items read, dependencies of the locks).
+
+        Why one step is enough. The coordinator locked its own shard's writes before it
+        sent this, so every lock of the transaction is held now: the reads made here are
+        validated at a moment when all its locks are held (the rule of module doc, step 2),
+        and the coordinator validates its own reads after this reply. ``base`` is the
+        coordinator's whole part of the clock, so the clock is known here too, and the keys
+        only read are stamped with it at once; a writer that locks them later sees the
+        stamp. A transaction that locked nothing here holds nothing after this call: there
+        is nothing to install or abort here, and a retransmission simply reads again.
+
+        Once prepared the transaction has voted: its locks do not expire; only an install,
+        an abort or the end of its epoch releases them."""
+        held = self._held.get(txn_id)
+        if held is not None:
+            assert held.prepared is not None, "a transaction both locked and prepared"
+            return PREPARED, held.counter, held.prepared, held.deps
+        finished = self._finished.get(txn_id)
+        if finished is not None:
+            # Decided already (the coordinator has moved on and ignores this answer), or
+            # aborted here: a late retransmission must not lock again.
+            return (PREPARED if finished[0] == INSTALLED else REFUSED), finished[1], [], EMPTY
+        if (
+            epoch != self.epoch
+            or not self.certifying
+            or (self._doubt and (self._any_in_doubt(reads) or self._any_in_doubt(locks)))
+        ):
+            return REFUSED, 0, [], EMPTY
+        store = self.store
+        if locks and not self._skip_locking and not store.try_lock_all(locks, txn_id):
+            return REFUSED, 0, [], EMPTY
+        locked = set(locks)
+        only_read = [key for key in reads if key not in locked]
+        if (
+            only_read
+            and not (self._skip_validation or self._skip_locking)
+            and store.locked_by_other(only_read, txn_id)
+        ):
+            if locks and not self._skip_locking:
+                store.unlock_all(locks, txn_id)
+            return REFUSED, 0, [], EMPTY
+        items = self.read(reads)
+        counter = 0
+        deps = EMPTY
+        if locks:
+            counter = self.watermark.draw()
+            deps = self.dependencies(locks)
+        if only_read:
+            full = base.merge(deps)
+            for item in items:
+                if item[1]:
+                    full = full.merge(item[4])
+            if counter:
+                full = full.with_entry(self.shard, counter)
+            vc = self._sparse(full)
+            if vc.entries:
+                self.stamp_reads(((key, 0) for key in only_read), (), vc)
+        if locks:
+            held = _Held(locks, counter, deps, epoch)
+            held.voted = True
+            held.prepared = items
+            self._held[txn_id] = held
+        return PREPARED, counter, items, deps
 
     def expire(self, now_ns: int) -> list[int]:
         """Aborts, on its own, every transaction whose locks have expired before it voted

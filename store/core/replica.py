@@ -60,6 +60,7 @@ from store.protocol.messages import (
     LEADER,
     PEER_REPLIES,
     PEER_REQUESTS,
+    PREPARE_REFUSED,
     READ_REFUSED,
     AbortReply,
     AbortRequest,
@@ -72,6 +73,8 @@ from store.protocol.messages import (
     LockRequest,
     Message,
     Outcome,
+    PrepareReply,
+    PrepareRequest,
     ReadReply,
     ReadRequest,
     SoloReply,
@@ -199,6 +202,9 @@ class ShardLeader:
             self._pump_stream()
         self._gossip_at = now_ns + settings.gossip_interval_ns
         self._gossip_next = 0
+        # When this leader last gossiped, and how far its vector watermark had moved then.
+        self._gossiped_at = now_ns
+        self._gossiped_moves = -1
         self._gc_at = now_ns + settings.gc_interval_ns
         # Epochs (docs/recovery.md).
         self.epoch = 0
@@ -236,6 +242,8 @@ class ShardLeader:
             AbortReply: self._on_abort_reply,
             SoloRequest: self._on_solo_request,
             SoloReply: self._on_solo_reply,
+            PrepareRequest: self._on_prepare_request,
+            PrepareReply: self._on_prepare_reply,
             Gossip: self._on_gossip,
             ConfigReply: self._on_config,
             StateRequest: self._on_state_request,
@@ -274,8 +282,10 @@ class ShardLeader:
             self.stream.tick(now_ns)
         self.coordinator.on_timer(now_ns)
         self.participant.expire(now_ns)
-        if now_ns >= self._gossip_at:
+        if now_ns >= self._next_gossip_at():
             self._gossip_at = now_ns + self.settings.gossip_interval_ns
+            self._gossiped_at = now_ns
+            self._gossiped_moves = self.vw.moves
             others = len(self.peers) - 1
             if others:
                 gossip = Gossip(self.shard, dict(self.vw.entries))
@@ -305,6 +315,13 @@ class ShardLeader:
         if self._probe is not None:
             self._report_watermark()
 
+    def _next_gossip_at(self) -> int:
+        """Every gossip_interval_ns while the vector watermark moves; a refresh every
+        gossip_idle_interval_ns while it does not (an idle cluster sends almost nothing)."""
+        if self.vw.moves != self._gossiped_moves:
+            return self._gossip_at
+        return max(self._gossip_at, self._gossiped_at + self.settings.gossip_idle_interval_ns)
+
     @property
     def has_successor(self) -> bool:
         """Whether the next ``ready()`` names a replica to host instead of this one."""
@@ -312,7 +329,7 @@ class ShardLeader:
 
     def ready(self) -> Ready:
         messages, self._outbox = self._outbox, []
-        wake_at = min(self._gossip_at, self._gc_at)
+        wake_at = min(self._next_gossip_at(), self._gc_at)
         heartbeat_at = self._heartbeat_at if self.cm_members else None
         for deadline in (
             self.coordinator.next_deadline(), self._stream_wake_at, heartbeat_at,
@@ -713,6 +730,28 @@ class ShardLeader:
             durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
             reply = SoloReply(message.txn_id, self.shard, True, vc, self.durable_watermark(), durable)
         self._outbox.append((src, reply))
+
+    def _on_prepare_request(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, PrepareRequest)
+        if message.reads and not self._lease_covers(now_ns):
+            # As for a ReadRequest: no lease, no reads for another shard's transaction.
+            self.reads_refused += 1
+            refused = PrepareReply(message.txn_id, self.shard, PREPARE_REFUSED, 0, [], EMPTY, 0)
+            self._outbox.append((src, refused))
+            return
+        status, counter, items, deps = self.participant.prepare(
+            message.txn_id, message.reads, message.locks, message.base, message.epoch
+        )
+        reply = PrepareReply(
+            message.txn_id, self.shard, status, counter, items, deps, self.durable_watermark()
+        )
+        self._outbox.append((src, reply))
+
+    def _on_prepare_reply(self, now_ns: int, src: str, message: Message) -> None:
+        assert isinstance(message, PrepareReply)
+        if message.status != PREPARE_REFUSED:
+            self._learn(message.shard, message.watermark)
+        self.coordinator.on_prepare_reply(now_ns, message)
 
     def _on_solo_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, SoloReply)

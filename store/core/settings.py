@@ -38,7 +38,10 @@ class Settings:
     # Watermark gossip between shard leaders (DESIGN.md §4): every interval a leader sends
     # what it knows of every shard's watermark to gossip_fanout peers, round robin, so
     # knowledge spreads epidemically at O(S * fanout) messages per interval, not O(S^2).
+    # A leader whose vector watermark has not moved since its last gossip stays silent
+    # until gossip_idle_interval_ns after it (a refresh, for a peer that restarted).
     gossip_interval_ns: int = 5 * MS
+    gossip_idle_interval_ns: int = 100 * MS
     gossip_fanout: int = 8
     # Failure detection (docs/recovery.md): every replica heartbeats to the configuration
     # manager each heartbeat_interval_ns; a shard leader silent for leader_timeout_ns is
@@ -52,8 +55,8 @@ class Settings:
     # leader_lease_ns after proposing an entry a majority then accepted; a new leader tells
     # no client COMMITTED until leader_lease_ns (and a tenth more, for clock rates) after
     # its phase 1. So a deposed leader that does not know it yet serves no stale read to a
-    # client that already heard of a newer commit. The stream's heartbeats (every few ms)
-    # keep a healthy leader's lease fresh.
+    # client that already heard of a newer commit. The stream's heartbeats (at most
+    # heartbeat_idle_interval_ns apart, StreamSettings) keep a healthy leader's lease fresh.
     leader_lease_ns: int = 300 * MS
     # State transfer to a restarted replica (docs/recovery.md "Rejoining"): the size of one
     # piece, and how long a transfer may go without progress before the next source is asked.

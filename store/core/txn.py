@@ -253,7 +253,7 @@ class OpList:
     keys are never checked again.
     """
 
-    __slots__ = ("batch", "keys", "ops")
+    __slots__ = ("batch", "conditional", "keys", "ops", "written")
 
     def __init__(self, ops: object, settings: Settings) -> None:
         if type(ops) is not list:
@@ -265,6 +265,8 @@ class OpList:
         parsed: list[tuple[int, str, Any, Any, int]] = []
         read_keys: dict[str, int] = {}
         keys: dict[str, None] = {}  # every key read or written, first use first
+        written: dict[str, None] = {}  # every key an operation writes whatever it reads
+        conditional = False  # a compare-and-set: whether it writes depends on what it reads
         scans: list[tuple[str, str, int]] = []
         for op in ops:
             kind = type(op)
@@ -309,9 +311,17 @@ class OpList:
                 scans.append((key, first, second))
             if code != SCAN:
                 keys[key] = None
+            if code in (PUT, DELETE, APPEND, INCREMENT):
+                written[key] = None
+            elif code == CAS:
+                conditional = True
             parsed.append((code, key, first, second, index))
         self.ops = parsed
         self.keys = list(keys)
+        # Without a compare-and-set, ``written`` is exactly the keys ``run`` writes, known
+        # before anything is read: what the one-round two-shard path locks up front.
+        self.written = list(written)
+        self.conditional = conditional
         self.batch = ReadBatch(list(read_keys), scans)
 
     def run(

@@ -17,6 +17,7 @@ import msgpack
 from store.core.vclock import VectorClock
 from store.protocol.cluster_map import cluster_map_from_wire
 from store.protocol.messages import (
+    PREPARE_STATUSES,
     ROLES,
     AbortReply,
     AbortRequest,
@@ -30,6 +31,8 @@ from store.protocol.messages import (
     LockRequest,
     Message,
     Outcome,
+    PrepareReply,
+    PrepareRequest,
     ReadItem,
     ReadReply,
     ReadRequest,
@@ -99,6 +102,10 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ConfigReply: lambda m: [20, m.req_id, m.cluster_map.to_wire(), m.cm_leader],
     StateRequest: lambda m: [21, m.requester, m.req_id, m.shard, m.offset, m.length],
     StatePiece: lambda m: [22, m.req_id, m.shard, m.offset, m.total, m.data, m.more],
+    PrepareRequest: lambda m: [23, m.txn_id, m.reads, m.locks, _vc(m.base), m.epoch],
+    PrepareReply: lambda m: [
+        24, m.txn_id, m.shard, m.status, m.counter, _items(m.items), _vc(m.deps), m.watermark,
+    ],
 }
 
 
@@ -220,6 +227,13 @@ def _status(value: Any) -> int:
     return _int(value, "status")
 
 
+def _prepare_status(value: Any) -> int:
+    status = _int(value, "status")
+    if status not in PREPARE_STATUSES:
+        raise _bad(f"unknown prepare status {status}")
+    return status
+
+
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     1: (6, lambda f: Submit(_str(f[1], "client_id"), _int(f[2], "seq"), _str(f[3], "procedure"),
                             _list(f[4], "args"), _bool(f[5], "want_certified"))),
@@ -260,6 +274,11 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
                                    _int(f[5], "length"))),
     22: (7, lambda f: StatePiece(_int(f[1], "req_id"), _int(f[2], "shard"), _int(f[3], "offset"),
                                  _int(f[4], "total"), _bytes(f[5], "data"), _bool(f[6], "more"))),
+    23: (6, lambda f: PrepareRequest(_int(f[1], "txn_id"), _strs(f[2], "reads"),
+                                    _strs(f[3], "locks"), _clock(f[4]), _int(f[5], "epoch"))),
+    24: (8, lambda f: PrepareReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
+                                  _prepare_status(f[3]), _int(f[4], "counter"),
+                                  _read_items(f[5]), _clock(f[6]), _int(f[7], "watermark"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),
                                     _list(f[3], "values"), _pairs_lists(f[4]), _clock(f[5]),
                                     _int(f[6], "applied_slots"))),

@@ -277,6 +277,54 @@ class SoloReply(Message):
         self.durable = durable
 
 
+class PrepareRequest(Message):
+    """The one round of a two-shard operation list (``store.core.coordinator``, "the pair
+    path"): lock ``locks``, read ``reads`` (and check that no key read is locked by another
+    transaction), draw a counter if anything is locked, and vote yes, in one step.
+    ``base``: the coordinator's part of the transaction's clock (its shard's reads, the
+    dependencies of its locks and its counter), so that the participant knows the whole
+    clock in that step and can stamp the keys it only reads; ``epoch``: the transaction's."""
+
+    __slots__ = ("base", "epoch", "locks", "reads", "txn_id")
+
+    def __init__(
+        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
+    ) -> None:
+        self.txn_id = txn_id
+        self.reads = reads
+        self.locks = locks
+        self.base = base
+        self.epoch = epoch
+
+
+# PrepareReply.status: the leader could not serve the reads now (no lease: the coordinator's
+# retry asks again, as for READ_REFUSED); prepared (voted yes); refused (a conflict, another
+# epoch, versions in doubt): nothing is held.
+PREPARE_REFUSED = 0
+PREPARE_OK = 1
+PREPARE_CONFLICT = 2
+PREPARE_STATUSES = (PREPARE_REFUSED, PREPARE_OK, PREPARE_CONFLICT)
+
+
+class PrepareReply(Message):
+    """``items``: what ``reads`` found; ``counter``: drawn (0 if nothing was locked);
+    ``deps``: the clocks the writes must dominate (as ``LockReply.deps``)."""
+
+    __slots__ = ("counter", "deps", "items", "shard", "status", "txn_id", "watermark")
+
+    def __init__(
+        self, txn_id: int, shard: int, status: int, counter: int, items: list[ReadItem],
+        deps: VectorClock, watermark: int,
+    ) -> None:
+        self.txn_id = txn_id
+        self.shard = shard
+        self.status = status
+        self.counter = counter
+        self.items = items
+        self.deps = deps
+        self.watermark = watermark
+
+
 class Gossip(Message):
     """Periodic watermark exchange between shard leaders: ``{shard: watermark}``."""
 
@@ -423,8 +471,9 @@ class StatePiece(Message):
 # one-way message is answered by nothing.
 PEER_REQUESTS: tuple[type[Message], ...] = (
     ReadRequest, LockRequest, ValidateRequest, InstallRequest, AbortRequest, SoloRequest,
+    PrepareRequest,
 )
 PEER_ONE_WAY: tuple[type[Message], ...] = (Gossip,)
 PEER_REPLIES: tuple[type[Message], ...] = (
-    ReadReply, LockReply, ValidateReply, InstallReply, AbortReply, SoloReply,
+    ReadReply, LockReply, ValidateReply, InstallReply, AbortReply, SoloReply, PrepareReply,
 )

@@ -20,6 +20,8 @@ A failing seed is reported with the command that replays it exactly (every optio
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,13 @@ from jepsen.checkers.bank import check_bank
 from jepsen.history import write_history
 from store.client.protocol import ClientSettings, TxnResult
 from store.core.partition import Partitioner
+from store.core.paxos import DEFAULT_STREAM_SETTINGS
 from store.core.replica import ShardLeader
 from store.core.settings import BREAKABLE_STEPS, DEFAULT_SETTINGS
 from store.core.txn import Procedures
+from store.sim import SCENARIO_NAMES
 from store.sim.client import History, SdkProcess, SnapshotReads, WorkloadClient
-from store.sim.cluster import REGIONS, SimCluster
+from store.sim.cluster import REGIONS, SimCluster, follower_address, leader_address
 from store.sim.loop import Simulator
 from store.sim.network import MS, US, Faults, Network
 from store.sim.oracles import DurabilityOracle, Recorder, divergence
@@ -44,6 +48,12 @@ SETTLE_CHECK_NS = 50 * MS
 # A state copy's pieces (Settings.transfer_piece_bytes is 256 KiB): a simulated store is a
 # few KB, and its copy must take many pieces, the store changing under it, as a real one does.
 SIM_TRANSFER_PIECE_BYTES = 512
+# Idle timings drawn per seed (FoundationDB's "buggify" of configuration): production's
+# defaults, or the 10 ms a user may set. An idle stream heartbeats every 100 ms by default,
+# so a crash seldom finds slots in flight; seeds with 10 ms keep reaching the recovery
+# paths of accepted-but-unannounced slots (``--break takeover`` is caught by 2 of 40 seeds
+# with only the defaults, by 13 of 40 with only 10 ms).
+SIM_IDLE_INTERVALS_NS = (100 * MS, 10 * MS)
 
 
 @dataclass
@@ -64,6 +74,7 @@ class SimOptions:
     scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
     snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
     crashes: bool = False  # crash shard leaders during the load (followers take over)
+    scenario: str | None = None  # a scripted fault schedule (SCENARIOS) on top of the rest
 
     def faults(self) -> Faults:
         duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
@@ -78,7 +89,7 @@ OPTION_FLAGS = {
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
     "scan_fraction": "--scan-fraction", "snapshot_fraction": "--snapshot-fraction",
-    "crashes": "--crashes",
+    "crashes": "--crashes", "scenario": "--scenario",
 }
 assert set(OPTION_FLAGS) == {f.name for f in fields(SimOptions)}, "a SimOptions field has no flag"
 
@@ -118,6 +129,13 @@ class SeedResult:
 def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> SeedResult:
     if options.break_step is not None and options.break_step not in BREAKABLE_STEPS:
         raise ValueError(f"--break takes one of {BREAKABLE_STEPS}")
+    if options.scenario is not None and (
+        options.scenario not in SCENARIOS or options.regions != 3
+    ):
+        raise ValueError(f"--scenario takes one of {sorted(SCENARIOS)}, with --regions 3")
+    # Drawn from the seed apart from the simulator's own generator, so the draw does not
+    # shift the rest of the schedule.
+    idle_ns = SIM_IDLE_INTERVALS_NS[random.Random(seed ^ 0x1D1E).randrange(2)]
     sim = Simulator(seed)
     network = Network(sim, options.faults())
     partitioner = Partitioner(options.shards)
@@ -132,7 +150,9 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         settings=DEFAULT_SETTINGS.with_overrides(
             speculation=options.speculation,
             transfer_piece_bytes=SIM_TRANSFER_PIECE_BYTES,
+            gossip_idle_interval_ns=idle_ns,
         ),
+        stream_settings=DEFAULT_STREAM_SETTINGS.with_overrides(heartbeat_idle_interval_ns=idle_ns),
         regions=regions, wan_rtt_ms=options.wan_rtt_ms, breaks=breaks, probe=recorder,
     )
     with_followers = options.regions > 1
@@ -185,6 +205,8 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     if options.partitions:
         nemesis = PartitionNemesis(sim, network, cluster, with_followers, stop_at)
         nemesis.start()
+    if options.scenario is not None:
+        SCENARIOS[options.scenario](sim, network, cluster)
     crashes = None
     if options.crashes:
         if not with_followers:
@@ -467,6 +489,48 @@ class CrashNemesis:
         address = self._down.pop(shard)
         self.cluster.restart(address)
         self.restarted += 1
+
+
+def rejoin_behind(sim: Simulator, network: Network, cluster: SimCluster) -> None:
+    """A scripted schedule (TigerBeetle's replica tests: cut this, kill that) for the rule
+    that a restarted replica does not vote before it has caught up with its shard's
+    current leader (``Acceptor``, docs/recovery.md "Rejoining"), on shard 0 of a
+    three-region cluster (run it for at least 3.5 s of load):
+
+    * 200 ms: the leader (us) stops reaching the ap follower, so what it commits from then
+      on is chosen with the eu follower's vote alone;
+    * 800 ms: the leader crashes; eu stops reaching ap and the leader's address; 50 ms
+      later the crashed replica restarts with empty memory. The configuration manager
+      makes eu, the most up-to-date follower, leader of epoch 1, but eu's phase 1 cannot
+      complete: every other replica is cut off from it. The restarted replica copies the
+      state of the one replica it reaches, ap, which lacks what eu and the old leader chose;
+    * 1500 ms: eu is cut off from the configuration manager too; a leader timeout later ap
+      becomes leader of epoch 2, and its phase 1 needs one vote besides its own.
+
+    Had the restarted replica voted as soon as its copy was in, ap's phase 1 would be
+    complete with two replicas that both lack those slots: committed transactions lost, and
+    another value chosen for their slots. It waits until it has caught up with the current
+    leader, which cannot happen before eu is back: when the load ends every fault heals,
+    and ap's phase 1 finds the slots at eu."""
+    leader = leader_address(0)
+    eu, ap = follower_address("eu", 0), follower_address("ap", 0)
+    cms = [address for address in network.addresses() if address.endswith("/cm")]
+
+    def crash_leader_and_isolate_eu() -> None:
+        cluster.server(leader).crash()
+        network.heal()  # the restarted replica will reach ap
+        network.partition([eu], [ap, leader])
+
+    sim.after(200 * MS, lambda: network.partition([leader], [ap]))
+    sim.after(800 * MS, crash_leader_and_isolate_eu)
+    sim.after(850 * MS, lambda: cluster.restart(leader))
+    sim.after(3300 * MS, lambda: network.partition([eu], cms))
+
+
+SCENARIOS: dict[str, Callable[[Simulator, Network, SimCluster], None]] = {
+    "rejoin-behind": rejoin_behind,
+}
+assert set(SCENARIOS) == set(SCENARIO_NAMES), "store.sim.SCENARIO_NAMES names every scenario"
 
 
 def run_many(seeds: list[int], options: SimOptions, out_dir: Path | None = None) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from store.protocol.messages import (
     LockReply,
     LockRequest,
     Outcome,
+    PrepareReply,
+    PrepareRequest,
     ReadReply,
     ReadRequest,
     SnapshotRead,
@@ -59,6 +61,9 @@ MESSAGES = [
     StateRequest("127.0.0.1:7100", 4, 1, 262144, 262144),
     StatePiece(4, 1, 0, 10, b"\x00\x01state"),
     StatePiece(4, 1, 10, 4096, b"more", True),
+    PrepareRequest(9, ["t/a", "t/b"], ["t/b"], VC, 2),
+    PrepareReply(9, 1, 1, 44, [ITEM], VC, 40),
+    PrepareReply(9, 1, 0, 0, [], VectorClock(), 0),
 ]
 
 
@@ -80,6 +85,8 @@ def test_every_message_round_trips(message) -> None:
         msgpack.packb([9, 1, [["k", 1]], [0, 1], 0, []]),  # a write of two fields
         msgpack.packb([4, 1, 1, 1, [["k", 1, None, False, [1], 0]], [], 0]),
         msgpack.packb({"a": 1}),
+        msgpack.packb([24, 9, 1, 7, 0, [], [], 0]),  # a prepare status that does not exist
+        msgpack.packb([23, 9, ["t/a"], "t/b", [], 0]),  # locks that are not a list
     ],
 )
 def test_malformed_messages_raise_invalid_request(payload: bytes) -> None:

@@ -193,7 +193,8 @@ def test_can_append_says_no_past_pending_records_max() -> None:
 def test_unacknowledged_accepts_are_retransmitted_to_silent_acceptors_only() -> None:
     leader = StreamLeader(S, "us", ["eu", "ap", "sa", "af"], B1,
                           settings(batch_size_max=1, accept_retry_ns=100 * MS,
-                                   heartbeat_interval_ns=10**12))
+                                   heartbeat_interval_ns=10**12,
+                                   heartbeat_idle_interval_ns=10**12))
     for peer in leader.peers:
         leader.handle(0, peer, Promise(S, B1, 0, [], True))
     leader.append(0, ["x"], 1, VectorClock())
@@ -213,6 +214,35 @@ def test_idle_stream_proposes_heartbeats_carrying_the_watermark() -> None:
     [(_, accept), _] = accepts(leader.ready().messages)
     assert accept.entry.is_heartbeat
     assert accept.entry.watermark == 42
+
+
+def test_a_heartbeat_with_nothing_new_waits_the_idle_interval() -> None:
+    """A heartbeat that would carry the watermarks of the last entry again is proposed only
+    every heartbeat_idle_interval_ns (it keeps followers and the lease fresh); one that
+    carries a risen watermark or vector watermark goes after heartbeat_interval_ns."""
+    leader = StreamLeader(S, "us", PEERS, B1, settings(
+        heartbeat_interval_ns=5 * MS, heartbeat_idle_interval_ns=100 * MS,
+    ))
+    promise_all(leader)
+    leader.advance_watermark(42)
+    leader.tick(5 * MS)
+    assert accepts(leader.ready().messages)  # news: the watermark rose to 42
+    for peer in PEERS:
+        leader.handle(6 * MS, peer, Accepted(S, B1, 0))
+    leader.tick(7 * MS)  # the commit index is announced
+    leader.ready()
+    assert leader.ready().wake_at == 105 * MS  # nothing new: the idle interval
+    leader.tick(50 * MS)
+    assert not accepts(leader.ready().messages)
+    leader.advance_vector_watermark(VectorClock({1: 7}))
+    assert leader.ready().wake_at == 10 * MS  # news again: due at once
+    leader.tick(50 * MS)
+    [(_, accept), _] = accepts(leader.ready().messages)
+    assert accept.entry.is_heartbeat and accept.entry.vw == VectorClock({1: 7})
+    leader.tick(120 * MS)
+    assert not accepts(leader.ready().messages)  # the last one carried it: idle again
+    leader.tick(150 * MS)
+    assert accepts(leader.ready().messages)
 
 
 def test_counters_in_order_makes_each_counter_the_stream_watermark() -> None:

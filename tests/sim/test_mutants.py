@@ -8,6 +8,8 @@ workload that reaches it; the oracle or checker named must object. The rules:
   (``Participant._check_reads``; DESIGN.md §3 "validate");
 * the lock check of the last key of a scan cut short by its limit;
 * the read stamps of single-shard certification (read-write dependencies, participant.py);
+* the read stamps of the pair path's prepare (a two-shard operation list's keys only read
+  at the other shard, stamped there with the whole clock: ``Participant.prepare``);
 * a follower's visibility rule: a snapshot shows a version only if its clock is at or below
   the follower's vector watermark (DESIGN.md §4);
 * a coordinator retries a decided transaction's installs for as long as a participant is
@@ -81,6 +83,23 @@ def test_without_the_read_stamps_of_single_shard_transactions(
     monkeypatch.setattr(Participant, "_stamp_versions", lambda *_: None)
     kinds = _kinds(SimOptions(regions=3, clients=16, duration_ms=2000), 4)
     assert "dependency-uncovered" in kinds, kinds
+
+
+def test_without_the_read_stamps_of_the_pair_paths_prepare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prepare = Participant.prepare
+
+    def unstamped(self: Participant, *args: Any) -> Any:
+        self.stamp_reads = lambda *_: None  # type: ignore[method-assign]
+        try:
+            return prepare(self, *args)
+        finally:
+            del self.stamp_reads
+
+    monkeypatch.setattr(Participant, "prepare", unstamped)
+    kinds = _kinds(SimOptions(regions=3, clients=16, duration_ms=2000), 3)
+    assert {"dependency-uncovered", "dependency-closure"} & set(kinds), kinds
 
 
 def test_a_follower_showing_versions_above_its_watermark(monkeypatch: pytest.MonkeyPatch) -> None:

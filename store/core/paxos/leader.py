@@ -17,9 +17,12 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   a majority of regions accepted it; chosen slots are reported in slot order through
   ``ready().chosen``. An Accept a region has not acknowledged is sent again every
   ``accept_retry_ns``.
-* **Heartbeats.** When nothing has been proposed for ``heartbeat_interval_ns`` the leader
-  proposes an empty entry carrying its current stream watermark, so an idle stream's
-  followers keep learning both the commit index and the watermark.
+* **Heartbeats.** When nothing has been proposed for ``heartbeat_interval_ns`` and the
+  stream watermark or the vector watermark has risen since the last entry, the leader
+  proposes an empty entry carrying them, so an idle stream's followers keep learning both
+  the commit index and the watermarks. With nothing new to carry it waits
+  ``heartbeat_idle_interval_ns`` instead: that heartbeat only keeps followers and the lease
+  evidence below fresh.
 * **Commit index.** Every Accept carries ``chosen_through`` (all slots below it are chosen);
   when it moves and no Accept carries it within ``commit_announce_delay_ns``, a ``Commit``
   announces it. Learners also ``Fetch`` chosen entries they miss; the leader answers from
@@ -145,6 +148,9 @@ class StreamLeader:
         self._vector_watermark: VectorClock = EMPTY
         self._last_counter = 0
         self._last_proposed_at = now_ns
+        # The watermarks the last proposed entry carried: a heartbeat with the same is no news.
+        self._proposed_watermark = -1
+        self._proposed_vw: VectorClock | None = None
         self._announced = first_slot
         self._announce_at: int | None = None
         self._outbox: list[tuple[str, PaxosMessage]] = []
@@ -264,7 +270,7 @@ class StreamLeader:
             not self._queue
             and not self._records
             and self._window_open()
-            and now_ns >= self._last_proposed_at + self.settings.heartbeat_interval_ns
+            and now_ns >= self._heartbeat_due_at()
         ):
             self._propose(
                 now_ns,
@@ -404,7 +410,21 @@ class StreamLeader:
             self._close_batch()
             self._pump(now_ns)
 
+    def _heartbeat_due_at(self) -> int:
+        news = (
+            self._watermark != self._proposed_watermark
+            or self._vector_watermark != self._proposed_vw
+        )
+        interval = (
+            self.settings.heartbeat_interval_ns if news
+            else self.settings.heartbeat_idle_interval_ns
+        )
+        return self._last_proposed_at + interval
+
     def _propose(self, now_ns: int, entry: Entry) -> None:
+        if entry.kind is EntryKind.BATCH:
+            self._proposed_watermark = entry.watermark
+            self._proposed_vw = entry.vw
         slot = self.next_slot
         self.next_slot += 1
         self._log[slot] = entry
@@ -506,9 +526,7 @@ class StreamLeader:
                 elif not self._queue:
                     # A heartbeat is due only on an idle stream (tick's condition); listing
                     # it with records open would wake the replica in a loop at one instant.
-                    candidates.append(
-                        self._last_proposed_at + self.settings.heartbeat_interval_ns
-                    )
+                    candidates.append(self._heartbeat_due_at())
             if self._sent_at:
                 candidates.append(min(self._sent_at.values()) + self.settings.accept_retry_ns)
             if self._announce_at is not None:

@@ -117,8 +117,14 @@ class StreamSettings:
     # a round of messages to every region, so at a thousand records a second a 1 ms delay
     # would send a thousand nearly empty entries; 5 ms batches them for a few ms of latency.
     batch_delay_ns: int = 5 * MS
-    # An idle stream proposes an empty entry this long after its last proposal.
+    # An idle stream proposes an empty entry this long after its last proposal when the
+    # entry would carry news (a watermark or vector watermark above the last entry's) ...
     heartbeat_interval_ns: int = 10 * MS
+    # ... and this long after it when it would not: such a heartbeat only keeps the
+    # followers' and the leader lease's evidence fresh (below leader_lease_ns less a round
+    # trip). Idle streams at 100 heartbeats a second cost a server process about a tenth
+    # of a core in gRPC messages alone.
+    heartbeat_idle_interval_ns: int = 100 * MS
     # Slots proposed and not yet chosen, at most (the pipeline depth).
     slots_in_flight_max: int = 64
     # Records appended and not yet in a proposed slot; ``StreamLeader.can_append`` says no
