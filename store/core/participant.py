@@ -77,6 +77,13 @@ ABORTED = 3
 OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
 
 
+def _raise_into(clock: dict[int, int], entries: Mapping[int, int]) -> None:
+    """Raises ``clock`` (a clock being built, entry-wise) to ``entries``."""
+    for shard, counter in entries.items():
+        if counter > clock.get(shard, 0):
+            clock[shard] = counter
+
+
 class _Held:
     __slots__ = ("counter", "deps", "epoch", "keys", "prepared", "voted")
 
@@ -529,16 +536,18 @@ class Participant:
         if versions is None:
             return False
         values: list[Any] = []
-        read_vc = EMPTY
+        # The clock is built in one dict (no intermediate clocks): the versions read, then
+        # what the writes must dominate, then the counter.
+        clock: dict[int, int] = {}
         read: dict[str, Version | None] = {}
         for key, version in zip(read_keys, versions, strict=True):
             read[key] = version
             if version is None:
                 values.append(None)
-            else:
-                values.append(None if version.deleted else version.value)
-                if version.vc.entries:
-                    read_vc = read_vc.merge(version.vc)
+                continue
+            values.append(None if version.deleted else version.value)
+            if version.vc.entries:
+                _raise_into(clock, version.vc.entries)
         buffered: dict[str, tuple[Any, bool]] = {}
         result = ops.run(values, [], buffered, self.settings)
         reads: list[tuple[str, int]] = []
@@ -546,6 +555,7 @@ class Participant:
             for key, version in read.items():
                 reads.append((key, version.txn_id if version is not None else 0))
         if not buffered:
+            read_vc = VectorClock._of(clock) if clock else EMPTY
             vc = self._sparse(read_vc)
             if vc.entries:
                 self._stamp_versions(read, vc)
@@ -554,29 +564,35 @@ class Participant:
         if not self._skip_locking and store.locked_by_other(written, txn_id):
             return False
         # The clocks the writes must dominate (``dependencies``), from the versions just
-        # read where the list read the key it writes.
-        deps = self._stamp_floor
+        # read where the list read the key it writes (their clocks are in already).
+        if self._stamp_floor.entries:
+            _raise_into(clock, self._stamp_floor.entries)
         absent, scan_stamps = self._absent_stamps, self._scan_stamps
         overwritten: list[Version] = []
         writes: list[Write] = []
         for key, (value, deleted) in buffered.items():
             writes.append((key, value, deleted))
-            previous = read[key] if key in read else store.latest(key)
+            if key in read:
+                previous = read[key]
+            else:
+                previous = store.latest(key)
+                if previous is not None and previous.vc.entries:
+                    _raise_into(clock, previous.vc.entries)
             if previous is not None:
                 overwritten.append(previous)
-                if previous.vc.entries:
-                    deps = deps.merge(previous.vc)
                 stamp = previous.stamp
             else:
                 stamp = absent[key] if key in absent else None  # noqa: SIM401 (no call)
             if stamp is not None:
-                deps = deps.merge(stamp)
+                _raise_into(clock, stamp.entries)
             if scan_stamps:
                 table_stamp = scan_stamps.get(table_of(key))
                 if table_stamp is not None:
-                    deps = deps.merge(table_stamp)
+                    _raise_into(clock, table_stamp.entries)
         counter = self.watermark.draw()
-        full = read_vc.merge(deps).with_entry(self.shard, counter)
+        if counter > clock.get(self.shard, 0):
+            clock[self.shard] = counter
+        full = VectorClock._of(clock)
         vc = self._sparse(full)
         # A version this list overwrites needs no stamp: the new version's clock dominates.
         stamped = {key: v for key, v in read.items() if key not in buffered} if vc.entries else None

@@ -240,6 +240,19 @@ _CODES = {
     "increment": INCREMENT,
 }
 _INT_MIN, _INT_END = -(1 << 63), 1 << 64
+_SPECS = {name: (code, OP_ARITY[name]) for name, code in _CODES.items()}
+
+
+def _bad_operation(op: object) -> None:
+    """Raises the precise error for an operation that is not a known one of the right size."""
+    kind = type(op)
+    if (kind is not list and kind is not tuple) or not op or type(op[0]) is not str:  # type: ignore[index]
+        raise InvalidRequest("each operation is a list: [name, args...]")
+    name = op[0]  # type: ignore[index]
+    if name not in _CODES:
+        raise InvalidRequest(f"unknown operation {name!r}; known: {sorted(OP_ARITY)}")
+    arity = OP_ARITY[name]
+    raise InvalidRequest(f"operation {name!r} takes {arity} arguments")
 
 
 class OpList:
@@ -261,6 +274,8 @@ class OpList:
         if len(ops) > settings.ops_per_txn_max:
             raise InvalidRequest(f"more than {settings.ops_per_txn_max} operations")
         key_max = settings.key_bytes_max
+        # A key of at most this many characters fits in key_max bytes whatever they are.
+        short_key = key_max // 4
         # (code, key, first argument, second argument, index of the key's read value)
         parsed: list[tuple[int, str, Any, Any, int]] = []
         read_keys: dict[str, int] = {}
@@ -268,35 +283,53 @@ class OpList:
         written: dict[str, None] = {}  # every key an operation writes whatever it reads
         conditional = False  # a compare-and-set: whether it writes depends on what it reads
         scans: list[tuple[str, str, int]] = []
+        specs = _SPECS
         for op in ops:
             kind = type(op)
-            if (kind is not list and kind is not tuple) or not op or type(op[0]) is not str:
-                raise InvalidRequest("each operation is a list: [name, args...]")
-            name = op[0]
-            if name not in _CODES:
-                raise InvalidRequest(f"unknown operation {name!r}; known: {sorted(OP_ARITY)}")
-            code = _CODES[name]
-            arity = OP_ARITY[name]
-            if len(op) != arity + 1:
-                raise InvalidRequest(f"operation {name!r} takes {arity} arguments")
+            try:
+                code, arity = specs[op[0]]
+            except (KeyError, IndexError, TypeError):
+                _bad_operation(op)
+                raise  # pragma: no cover - _bad_operation raises
+            if (kind is not list and kind is not tuple) or len(op) != arity + 1:
+                _bad_operation(op)
             key = op[1]
             if type(key) is not str or not key or (
-                len(key) * 4 > key_max and len(key.encode()) > key_max
+                len(key) > short_key and len(key.encode()) > key_max
             ):
                 check_key(key, settings)  # raises the precise error
-            first = op[2] if arity > 1 else None
-            second = op[3] if arity > 2 else None
-            index = -1
-            if code in (GET, INCREMENT, APPEND, CAS):
+            # The two operations of most lists first, without the general checks below.
+            if code == INCREMENT:
+                first = op[2]
+                if type(first) is not int:
+                    raise InvalidRequest("increment delta must be an integer")
                 if key in read_keys:
                     index = read_keys[key]
                 else:
                     index = read_keys[key] = len(read_keys)
-                if code == INCREMENT and type(first) is not int:
-                    raise InvalidRequest("increment delta must be an integer")
+                parsed.append((INCREMENT, key, first, None, index))
+                keys[key] = None
+                written[key] = None
+                continue
+            if code == GET:
+                if key in read_keys:
+                    index = read_keys[key]
+                else:
+                    index = read_keys[key] = len(read_keys)
+                parsed.append((GET, key, None, None, index))
+                keys[key] = None
+                continue
+            first = op[2] if arity > 1 else None
+            second = op[3] if arity > 2 else None
+            index = -1
+            if code in (APPEND, CAS):
+                if key in read_keys:
+                    index = read_keys[key]
+                else:
+                    index = read_keys[key] = len(read_keys)
                 if code == APPEND:
                     check_value(first, settings)
-                elif code == CAS:
+                else:
                     check_value(first, settings)
                     check_value(second, settings)
             elif code == PUT:
