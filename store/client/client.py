@@ -324,6 +324,7 @@ class Client:
         """Carries out a protocol generator's effects until it returns or raises."""
         value: Any = None
         error: RpcError | None = None
+        sessions = self._sessions
         while True:
             try:
                 effect = steps.send(value) if error is None else steps.throw(error)
@@ -331,6 +332,22 @@ class Client:
                 result: T = stop.value
                 return result
             value, error = None, None
+            # The two effects of every transaction, without a coroutine of their own: a
+            # Connect to a session that is up, and a Call on it.
+            if isinstance(effect, Call):
+                session = sessions.get(effect.address)
+                if session is not None and session.error is None:
+                    try:
+                        value = await self._rpc.call(
+                            session, effect.req_type, effect.payload, effect.timeout_s
+                        )
+                    except RpcError as exc:
+                        error = exc
+                    continue
+            elif isinstance(effect, Connect):
+                session = sessions.get(effect.address)
+                if session is not None and session.error is None:
+                    continue
             try:
                 value = await self._carry_out(effect)
             except RpcError as exc:

@@ -711,7 +711,17 @@ class Coordinator(Execution):
         self._send(shard, message)
 
     def next_deadline(self) -> int | None:
-        return self._retry_heap[0][0] if self._retry_heap else None
+        """When the next retransmission is due. Heap entries of requests answered since
+        (or superseded by a later round's) are dropped here, as ``on_timer`` would: left
+        on the heap, each would wake the replica once for nothing."""
+        heap, pending = self._retry_heap, self._pending
+        while heap:
+            due_at, txn_id, shard = heap[0]
+            entry = pending.get((txn_id, shard))
+            if entry is not None and entry[2] == due_at:
+                return due_at
+            heapq.heappop(heap)
+        return None
 
     def on_timer(self, now_ns: int) -> None:
         heap = self._retry_heap

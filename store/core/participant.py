@@ -296,7 +296,17 @@ class Participant:
         return expired
 
     def next_expiry(self) -> int | None:
-        return self._expiries[0][0] if self._expiries else None
+        """When the oldest lock that can still expire does. Entries of transactions that
+        have voted or ended since are dropped here: left on the heap, each would wake the
+        replica once for nothing (one wake-up per lock under load)."""
+        expiries, held = self._expiries, self._held
+        while expiries:
+            txn_id = expiries[0][1]
+            entry = held.get(txn_id)
+            if entry is not None and not entry.voted:
+                return expiries[0][0]
+            heapq.heappop(expiries)
+        return None
 
     def dependencies(self, keys: Iterable[str]) -> VectorClock:
         """Clocks a writer of ``keys`` must dominate: the versions it overwrites and the
