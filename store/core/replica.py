@@ -193,6 +193,7 @@ class ShardLeader:
         self._now_ns = now_ns
         self.stream: StreamLeader | None = None
         self._stream_wake_at: int | None = None
+        self._streamed_moves = -1  # vw.moves when the stream was last told the vector watermark
         self._durable_mark = 0
         if followers and takeover is None:
             self.stream = StreamLeader(
@@ -428,7 +429,9 @@ class ShardLeader:
             return
         # Aborts settle counters too: the stream learns the appended watermark either way.
         stream.advance_watermark(self.watermark.watermark)
-        stream.advance_vector_watermark(VectorClock(self.vw.entries))
+        if self.vw.moves != self._streamed_moves:  # a clock of it only when it has moved
+            self._streamed_moves = self.vw.moves
+            stream.advance_vector_watermark(VectorClock(self.vw.entries))
         ready = stream.ready()
         self._outbox.extend(ready.messages)
         for _, entry in ready.chosen:
@@ -546,6 +549,7 @@ class ShardLeader:
         stream.append_inf(now_ns)
         stream.set_epoch(epoch)
         self.stream = stream
+        self._streamed_moves = -1
         self.participant.certifying = False  # until the old epoch has ended on the stream
         self._pump_stream()
         self._apply_fvws()
