@@ -7,8 +7,10 @@ zipfian with ``--zipf THETA``; K keys per shard preloaded. The cluster is starte
 
 Measured in the same run, ``core_txn_per_s`` is ``bench/core.py`` on the same mix (same
 shards, keys per shard, remote fraction, 64 transactions in flight, committed only) on the
-pure core in one process; ``efficiency`` is the cluster's committed throughput over it: what
-the real I/O path (RPC, processes, the SDK) keeps of what the protocol alone can do.
+pure core in one process, the best of three runs; ``efficiency`` is the cluster's committed
+throughput over it: what the real I/O path (RPC, processes, the SDK) keeps of what the
+protocol alone can do on one core. The cluster has two cores for two leaders and the
+client; the core's figure has one for both leaders and no client.
 ``submits_per_txn`` is the SUBMIT requests the shard leaders received (their own counters,
 read before and after the load) per transaction attempt the clients made: 1.0 when every
 transaction costs one request.
@@ -174,7 +176,11 @@ def core_throughput(transactions: int, shards: int, keys_per_shard: int, remote:
 
     keys = core.make_keys(Partitioner(shards), shards, keys_per_shard)
     mix = core.make_mix(random.Random(1), keys, transactions, remote=remote)
-    return float(core.run_mix(shards, keys, mix, encode=False)["txn_per_s"])
+    # The best of three runs: the core's capacity on this machine. A single run moved by
+    # tens of percent with the machine's other load (a shared host), and with it the ratio.
+    return max(
+        float(core.run_mix(shards, keys, mix, encode=False)["txn_per_s"]) for _ in range(3)
+    )
 
 
 def main() -> None:
