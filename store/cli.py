@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wan.add_argument("options", nargs=argparse.REMAINDER, help="see meridian wan-proxy --help")
 
+    reference = commands.add_parser(
+        "config-reference",
+        help="print the cluster file reference (docs/configuration.md) from the definitions",
+    )
+    reference.set_defaults(run=cmd_config_reference)
+
     demo = commands.add_parser(
         "demo", help="the main job: a short microbenchmark and a short TPC-C on local clusters"
     )
@@ -254,6 +260,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from store.node.up import run_status
 
     return run_status(_config(args.config))
+
+
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from store.config_reference import reference
+
+    sys.stdout.write(reference())
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -29,13 +29,14 @@ Shards are numbered in file order. Every field is checked; a bad file raises
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from store.core.partition import Partitioner, PrefixPartitioner
-from store.core.settings import DEFAULT_SETTINGS, Settings
+from store.core.settings import DEFAULT_SETTINGS, DEFAULT_STREAM_SETTINGS, Settings
 from store.rpc.settings import RpcSettings
 
 # Meridian's RPC sessions, servers' and clients' alike (both ends of a session must agree on
@@ -47,6 +48,9 @@ from store.rpc.settings import RpcSettings
 MERIDIAN_RPC_SETTINGS = RpcSettings(
     session_credits=64, session_req_window=64, server_credits_max=256 * 64, sessions_max=2048
 )
+
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -105,7 +109,7 @@ class ClusterConfig:
     client: dict[str, Any] = field(default_factory=dict)
     replication_port_offset: int = 1000
     wan: WanConfig | None = None
-    stream: dict[str, Any] = field(default_factory=dict)
+    stream: dict[str, Any] = field(default_factory=dict)  # [stream]'s checked overrides
     rpc: RpcSettings = MERIDIAN_RPC_SETTINGS
     cm: tuple[tuple[str, tuple[str, int]], ...] = ()
 
@@ -191,6 +195,49 @@ class ClusterConfig:
         return [shard.leader_address for shard in self.shards]
 
 
+# The sections of a cluster file that are not a settings object, with every key they take:
+# key -> (type, default or None when required, meaning). docs/configuration.md is made from
+# this table and from the settings objects' definitions (``store/config_reference.py``);
+# ``from_dict`` refuses any key not named here.
+STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
+    "cluster": {
+        "name": ("string", "meridian", "the cluster's name (logs, status)"),
+        "run_dir": ("path", "runs", "where server logs go; relative to the cluster file"),
+        "python_path": ("list of paths", [], "added to the servers' module path (for procedures); relative to the cluster file"),
+        "procedures": ("list of 'module:function'", [], "each function is called with the procedure registry at startup"),
+        "partitioner": ("'hash' or 'prefix'", "hash", "key placement: CRC-32 of the key, or table/<n>/... on shard n mod S"),
+        "replication_port_offset": ("integer", 1000, "a replica's gRPC replication port is its RPC port plus this"),
+    },
+    "regions": {
+        "name": ("string", None, "a region (datacenter) name"),
+    },
+    "shards": {
+        "leader": ("'host:port'", None, "the RPC address of the shard's first leader"),
+        "region": ("region name", "the first region", "the leader's region"),
+        "followers": ("list of {region, address}", [], "one follower per other region"),
+    },
+    "followers": {
+        "region": ("region name", None, "the follower's region"),
+        "address": ("'host:port'", None, "the follower's RPC address"),
+    },
+    "cm": {
+        "region": ("region name", None, "the member's region (one member per region)"),
+        "address": ("'host:port'", None, "the member's RPC address"),
+    },
+    "wan": {
+        "rtt_ms": ("float", 50.0, "emulated round trip between regions, in milliseconds"),
+        "jitter_ms": ("float", 1.0, "uniform jitter added to each direction, in milliseconds"),
+        "port_base": ("integer", 9000, "first port of the wan-proxy's links"),
+        "control": ("'host:port'", "127.0.0.1:8999", "the wan-proxy's control address"),
+    },
+}
+
+# The settings objects a cluster file's sections override: section -> what is documented.
+SETTINGS_SECTIONS = ("settings", "stream", "rpc", "client")
+# [client] keys beyond ClientSettings' fields.
+CLIENT_EXTRA = {"region": ("region name", None, "the region whose followers snapshot reads go to by default")}
+
+
 def parse_address(text: object, what: str) -> tuple[str, int]:
     if not isinstance(text, str) or text.count(":") != 1:
         raise ConfigError(f"{what}: expected 'host:port', got {text!r}")
@@ -206,35 +253,125 @@ def load(path: str | Path) -> ClusterConfig:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"no cluster file at {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory, not a cluster file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the cluster file {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return from_dict(data, path)
 
 
+def _table(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a table")
+    return value
+
+
+def _known_keys(table: dict[str, Any], section: str, what: str, extra: tuple[str, ...] = ()) -> None:
+    known = set(STRUCTURE[section]) | set(extra)
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{what}: unknown key {key!r}; known: {', '.join(sorted(known))}")
+
+
+def _string(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _integer(value: object, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ConfigError(f"{what}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _number(value: object, what: str) -> float:
+    if type(value) not in (int, float) or value < 0:  # type: ignore[operator]
+        raise ConfigError(f"{what}: expected a non-negative number, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def settings_section(section: str, base: T, raw: object) -> T:
+    """``base`` (a settings dataclass) with the overrides of ``[section]``, each checked:
+    the key must be a field, the value of the field's type (an int where a float is
+    expected is taken) and not negative; the object's own checks must pass."""
+    table = _table(raw, f"[{section}]")
+    known = {f.name for f in fields(base)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(
+                f"[{section}] {key}: unknown setting; known: {', '.join(sorted(known))}"
+            )
+        default = getattr(base, key)
+        expected = type(default)
+        if expected is float and type(value) is int:
+            value = float(value)
+        if type(value) is not expected:
+            raise ConfigError(
+                f"[{section}] {key}: expected {expected.__name__} (like {default!r}), "
+                f"got {value!r}"
+            )
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise ConfigError(f"[{section}] {key}: must not be negative, got {value!r}")
+        values[key] = value
+    try:
+        return dataclasses.replace(base, **values)  # type: ignore[type-var]
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise ConfigError(f"[{section}]: {exc}") from None
+
+
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
+    from store.client.protocol import ClientSettings  # lazily: the SDK imports this module
+
     base = path.parent if path is not None else Path.cwd()
-    cluster = data.get("cluster", {})
-    if not isinstance(cluster, dict):
-        raise ConfigError("[cluster] must be a table")
-    regions = tuple(r.get("name", "") for r in data.get("regions", [{"name": "local"}]))
-    if not regions or not all(isinstance(r, str) and r for r in regions):
+    known_sections = {"cluster", "regions", "shards", "cm", "wan", *SETTINGS_SECTIONS}
+    for section in data:
+        if section not in known_sections:
+            raise ConfigError(
+                f"unknown section [{section}]; known: {', '.join(sorted(known_sections))}"
+            )
+    cluster = _table(data.get("cluster", {}), "[cluster]")
+    _known_keys(cluster, "cluster", "[cluster]")
+    raw_regions = data.get("regions", [{"name": "local"}])
+    if not isinstance(raw_regions, list) or not raw_regions:
         raise ConfigError("[[regions]] need a name each")
+    regions_list = []
+    for number, raw in enumerate(raw_regions):
+        raw = _table(raw, f"regions[{number}]")
+        _known_keys(raw, "regions", f"regions[{number}]")
+        regions_list.append(_string(raw.get("name"), f"regions[{number}].name"))
+    regions = tuple(regions_list)
+    if len(set(regions)) != len(regions):
+        raise ConfigError("[[regions]]: each name once")
     raw_shards = data.get("shards")
     if not isinstance(raw_shards, list) or not raw_shards:
         raise ConfigError("at least one [[shards]] entry is needed")
     shards = []
     for number, raw in enumerate(raw_shards):
-        if not isinstance(raw, dict):
-            raise ConfigError(f"shards[{number}] must be a table")
+        raw = _table(raw, f"shards[{number}]")
+        _known_keys(raw, "shards", f"shards[{number}]")
         region = raw.get("region", regions[0])
         if region not in regions:
             raise ConfigError(f"shards[{number}].region {region!r} is not a declared region")
-        followers = tuple(
-            (f.get("region", ""), parse_address(f.get("address"), f"shards[{number}].followers"))
-            for f in raw.get("followers", [])
-        )
+        raw_followers = raw.get("followers", [])
+        if not isinstance(raw_followers, list):
+            raise ConfigError(f"shards[{number}].followers must be a list of tables")
+        followers = []
+        for index, follower in enumerate(raw_followers):
+            what = f"shards[{number}].followers[{index}]"
+            follower = _table(follower, what)
+            _known_keys(follower, "followers", what)
+            if follower.get("region") not in regions:
+                raise ConfigError(f"{what}.region {follower.get('region')!r} is not a declared region")
+            followers.append((follower["region"], parse_address(follower.get("address"), what)))
         shards.append(
-            ShardConfig(number, parse_address(raw.get("leader"), f"shards[{number}].leader"), region, followers)
+            ShardConfig(
+                number, parse_address(raw.get("leader"), f"shards[{number}].leader"), region,
+                tuple(followers),
+            )
         )
     partitioner = cluster.get("partitioner", "hash")
     if partitioner not in ("hash", "prefix"):
@@ -244,46 +381,53 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         isinstance(p, str) and ":" in p for p in procedures
     ):
         raise ConfigError("cluster.procedures is a list of 'module:function'")
-    overrides = data.get("settings", {})
-    try:
-        settings = DEFAULT_SETTINGS.with_overrides(**overrides)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"[settings]: {exc}") from None
+    python_path = cluster.get("python_path", [])
+    if not isinstance(python_path, list) or not all(isinstance(p, str) for p in python_path):
+        raise ConfigError("cluster.python_path is a list of paths")
+    settings = settings_section("settings", DEFAULT_SETTINGS, data.get("settings", {}))
+    raw_stream = _table(data.get("stream", {}), "[stream]")
+    stream_settings = settings_section("stream", DEFAULT_STREAM_SETTINGS, raw_stream)
+    stream = {name: getattr(stream_settings, name) for name in raw_stream}
+    rpc = settings_section("rpc", MERIDIAN_RPC_SETTINGS, data.get("rpc", {}))
+    raw_client = dict(_table(data.get("client", {}), "[client]"))
+    client_region = raw_client.pop("region", None)
+    if client_region is not None and client_region not in regions:
+        raise ConfigError(f"[client] region {client_region!r} is not a declared region")
+    client_settings = settings_section("client", ClientSettings(), raw_client)
+    client = {
+        f.name: getattr(client_settings, f.name) for f in fields(client_settings)
+        if f.name in raw_client
+    }
+    if client_region is not None:
+        client["region"] = client_region
     wan = None
     raw_wan = data.get("wan")
     if raw_wan is not None:
-        if not isinstance(raw_wan, dict):
-            raise ConfigError("[wan] must be a table")
-        try:
-            wan = WanConfig(
-                rtt_ms=float(raw_wan.get("rtt_ms", 50.0)),
-                jitter_ms=float(raw_wan.get("jitter_ms", 1.0)),
-                port_base=int(raw_wan.get("port_base", 9000)),
-                control=parse_address(raw_wan.get("control", "127.0.0.1:8999"), "wan.control"),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"[wan]: {exc}") from None
-        if wan.rtt_ms < 0 or wan.jitter_ms < 0:
-            raise ConfigError("[wan]: rtt_ms and jitter_ms are not negative")
-    try:
-        rpc = MERIDIAN_RPC_SETTINGS.replace(**data.get("rpc", {}))
-    except TypeError as exc:
-        raise ConfigError(f"[rpc]: {exc}") from None
+        raw_wan = _table(raw_wan, "[wan]")
+        _known_keys(raw_wan, "wan", "[wan]")
+        wan = WanConfig(
+            rtt_ms=_number(raw_wan.get("rtt_ms", 50.0), "wan.rtt_ms"),
+            jitter_ms=_number(raw_wan.get("jitter_ms", 1.0), "wan.jitter_ms"),
+            port_base=_integer(raw_wan.get("port_base", 9000), "wan.port_base"),
+            control=parse_address(raw_wan.get("control", "127.0.0.1:8999"), "wan.control"),
+        )
     cm = _parse_cm(data.get("cm", []), regions, shards)
     return ClusterConfig(
-        name=str(cluster.get("name", "meridian")),
+        name=_string(cluster.get("name", "meridian"), "cluster.name"),
         path=path,
-        run_dir=(base / cluster.get("run_dir", "runs")).resolve(),
-        python_path=tuple((base / p).resolve() for p in cluster.get("python_path", [])),
+        run_dir=(base / _string(cluster.get("run_dir", "runs"), "cluster.run_dir")).resolve(),
+        python_path=tuple((base / p).resolve() for p in python_path),
         procedures=tuple(procedures),
         partitioner_kind=partitioner,
         shards=tuple(shards),
         regions=regions,
         settings=settings,
-        client=dict(data.get("client", {})),
-        replication_port_offset=int(cluster.get("replication_port_offset", 1000)),
+        client=client,
+        replication_port_offset=_integer(
+            cluster.get("replication_port_offset", 1000), "cluster.replication_port_offset"
+        ),
         wan=wan,
-        stream=dict(data.get("stream", {})),
+        stream=stream,
         rpc=rpc,
         cm=cm,
     )
@@ -297,6 +441,7 @@ def _parse_cm(
         raise ConfigError("[[cm]] entries are tables with a region and an address")
     members = []
     for number, entry in enumerate(raw):
+        _known_keys(entry, "cm", f"cm[{number}]")
         region = entry.get("region")
         if region not in regions:
             raise ConfigError(f"cm[{number}].region {region!r} is not a declared region")

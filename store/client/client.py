@@ -23,6 +23,7 @@ Errors (all from ``store.core.errors``):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import os
@@ -33,7 +34,7 @@ import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import msgpack
 
@@ -61,7 +62,7 @@ from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionClosed
 from store.rpc.aio import Rpc, new_event_loop
 from store.rpc.udp import source_address_toward
 
-__all__ = ["BlockingClient", "Client", "ClientSettings", "PendingTxn", "SnapshotResult",
+__all__ = ["BlockingClient", "BlockingTxnBuilder", "Client", "ClientSettings", "PendingTxn", "SnapshotResult",
            "TxnBuilder", "TxnResult"]
 
 T = TypeVar("T")
@@ -115,7 +116,7 @@ class Client:
         self.protocol = ClientProtocol(
             self.client_id, self._addresses, partitioner, settings, time.monotonic,
             random.Random(int.from_bytes(os.urandom(8), "little")),
-            [f"{host}:{port}" for host, port in cm_members],
+            [f"{host}:{port}" for host, port in cm_members], rpc_settings.msg_size_max,
         )
         self._closed = False
 
@@ -130,7 +131,9 @@ class Client:
     ) -> Client:
         """Connects to a cluster given its cluster file (or a parsed one)."""
         config = cluster if isinstance(cluster, ClusterConfig) else config_module.load(cluster)
-        base = ClientSettings(**{**config.client, **overrides}) if settings is None else settings
+        # [client] holds ClientSettings' fields and "region" (read_snapshot's default).
+        from_file = {k: v for k, v in config.client.items() if k != "region"}
+        base = ClientSettings(**{**from_file, **overrides}) if settings is None else settings
         client = cls(
             [s.leader for s in config.shards], config.partitioner(), base, client_id, config.rpc,
             [address for _, address in config.cm],
@@ -380,50 +383,69 @@ class Client:
         return None
 
 
-class TxnBuilder:
+class _OpsBuilder:
+    """The operations of a transaction being built (shared by both builders)."""
+
+    def __init__(self) -> None:
+        self.ops: list[list[Any]] = []
+
+    def get(self, key: str) -> Self:
+        self.ops.append(["get", key])
+        return self
+
+    def put(self, key: str, value: Any) -> Self:
+        self.ops.append(["put", key, value])
+        return self
+
+    def delete(self, key: str) -> Self:
+        self.ops.append(["delete", key])
+        return self
+
+    def scan(self, lo: str, hi: str, limit: int = 100) -> Self:
+        self.ops.append(["scan", lo, hi, limit])
+        return self
+
+    def append(self, key: str, item: Any) -> Self:
+        self.ops.append(["append", key, item])
+        return self
+
+    def increment(self, key: str, delta: int = 1) -> Self:
+        self.ops.append(["increment", key, delta])
+        return self
+
+    def compare_and_set(self, key: str, expected: Any, new: Any) -> Self:
+        self.ops.append(["cas", key, expected, new])
+        return self
+
+
+class TxnBuilder(_OpsBuilder):
     """Collects built-in operations; ``await commit()`` runs them as one transaction.
 
         results = await client.transaction().get("t/a").put("t/b", 1).increment("t/c").commit()
     """
 
     def __init__(self, client: Client) -> None:
+        super().__init__()
         self._client = client
-        self.ops: list[list[Any]] = []
-
-    def get(self, key: str) -> TxnBuilder:
-        self.ops.append(["get", key])
-        return self
-
-    def put(self, key: str, value: Any) -> TxnBuilder:
-        self.ops.append(["put", key, value])
-        return self
-
-    def delete(self, key: str) -> TxnBuilder:
-        self.ops.append(["delete", key])
-        return self
-
-    def scan(self, lo: str, hi: str, limit: int = 100) -> TxnBuilder:
-        self.ops.append(["scan", lo, hi, limit])
-        return self
-
-    def append(self, key: str, item: Any) -> TxnBuilder:
-        self.ops.append(["append", key, item])
-        return self
-
-    def increment(self, key: str, delta: int = 1) -> TxnBuilder:
-        self.ops.append(["increment", key, delta])
-        return self
-
-    def compare_and_set(self, key: str, expected: Any, new: Any) -> TxnBuilder:
-        self.ops.append(["cas", key, expected, new])
-        return self
 
     async def commit(self) -> list[Any]:
         return await self._client.run_ops(self.ops)
 
 
+class BlockingTxnBuilder(_OpsBuilder):
+    """``TxnBuilder`` of a ``BlockingClient``: ``commit()`` blocks until committed."""
+
+    def __init__(self, client: BlockingClient) -> None:
+        super().__init__()
+        self._client = client
+
+    def commit(self) -> list[Any]:
+        return self._client.run_ops(self.ops)
+
+
 class BlockingClient:
-    """The SDK without asyncio: each call blocks until its answer.
+    """The SDK without asyncio: each call blocks until its answer. It offers every call of
+    ``Client``, with the same arguments (``tests/client/test_blocking.py`` compares them).
 
         with BlockingClient.connect("cluster/local.toml") as client:
             client.put("acct/alice", 100)
@@ -435,12 +457,38 @@ class BlockingClient:
         self._client = client
 
     @classmethod
-    def connect(cls, cluster: str | Path | ClusterConfig, **kwargs: Any) -> BlockingClient:
+    def connect(
+        cls,
+        cluster: str | Path | ClusterConfig,
+        *,
+        client_id: str | None = None,
+        settings: ClientSettings | None = None,
+        **overrides: Any,
+    ) -> BlockingClient:
+        """Connects to a cluster given its cluster file (or a parsed one)."""
         loop = new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="meridian-client", daemon=True)
         thread.start()
+        kwargs: dict[str, Any] = {"client_id": client_id, "settings": settings, **overrides}
         future = asyncio.run_coroutine_threadsafe(_connect_in_loop(cluster, kwargs), loop)
-        return cls(loop, thread, future.result())
+        try:
+            return cls(loop, thread, future.result())
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            raise
+
+    @property
+    def partitioner(self) -> Partitioner:
+        return self._client.partitioner
+
+    @property
+    def settings(self) -> ClientSettings:
+        return self._client.settings
+
+    @property
+    def client_id(self) -> str:
+        return self._client.client_id
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -455,8 +503,18 @@ class BlockingClient:
     def run_detailed(self, procedure: str, *args: Any, route: str | int | None = None) -> TxnResult:
         return self._call(self._client.run_detailed(procedure, *args, route=route))
 
-    def run_ops(self, ops: list[list[Any]]) -> list[Any]:
-        return self._call(self._client.run_ops(ops))
+    def transaction(self) -> BlockingTxnBuilder:
+        """A builder of a transaction made of built-in operations."""
+        return BlockingTxnBuilder(self)
+
+    def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
+        return self._call(self._client.run_ops(ops, route=route))
+
+    def run_ops_detailed(
+        self, ops: list[list[Any]], *, route: str | int | None = None
+    ) -> TxnResult:
+        """``run_ops`` with latencies and the number of attempts (conflict retries + 1)."""
+        return self._call(self._client.run_ops_detailed(ops, route=route))
 
     def get(self, key: str) -> Any:
         return self._call(self._client.get(key))
@@ -470,8 +528,46 @@ class BlockingClient:
     def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
         return self._call(self._client.scan(lo, hi, limit))
 
-    def status(self) -> list[dict[str, Any] | None]:
-        return self._call(self._client.status())
+    def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
+        return self._call(self._client.status(replicas))
+
+    def read_snapshot(
+        self,
+        keys: Sequence[str] = (),
+        *,
+        scans: Sequence[tuple[str, str, int]] = (),
+        region: str | None = None,
+        with_lag: bool = False,
+    ) -> SnapshotResult:
+        """A follower's snapshot of keys of ONE shard (see ``Client.read_snapshot``)."""
+        return self._call(
+            self._client.read_snapshot(keys, scans=scans, region=region, with_lag=with_lag)
+        )
+
+    def run_pipelined(
+        self, procedure: str, *args: Any, route: str | int | None = None
+    ) -> tuple[TxnResult, concurrent.futures.Future[TxnResult]]:
+        """Returns as soon as the transaction is certified, with a future of its commit
+        (``result()`` blocks for it). The certified result MAY BE ROLLED BACK until the
+        future resolves (see ``Client.run_pipelined``)."""
+
+        async def pipelined() -> tuple[TxnResult, asyncio.Future[TxnResult]]:
+            return await self._client.run_pipelined(procedure, *args, route=route)
+
+        certified, commit = self._call(pipelined())
+
+        async def committed() -> TxnResult:
+            return await commit
+
+        return certified, asyncio.run_coroutine_threadsafe(committed(), self._loop)
+
+    def resume(self, pending: PendingTxn, speculative: bool = False) -> TxnResult:
+        """Asks again for a transaction whose outcome was unknown (same id: never runs twice)."""
+        return self._call(self._client.resume(pending, speculative))
+
+    def cluster_map(self) -> tuple[int, list[str]]:
+        """The configuration manager's cluster map, adopted if newer: (epoch, leaders)."""
+        return self._call(self._client.cluster_map())
 
     def close(self) -> None:
         self._call(self._client.close())

@@ -73,7 +73,7 @@ from store.protocol.messages import (
     SnapshotReply,
     Submit,
 )
-from store.rpc.errors import RequestTimeout, RpcError, SessionError
+from store.rpc.errors import MessageTooLarge, RequestTimeout, RpcError, SessionError
 
 Address = Hashable
 T = TypeVar("T")
@@ -121,13 +121,16 @@ Steps = Generator[Effect, Any, T]
 
 @dataclass(frozen=True)
 class ClientSettings:
+    """The SDK's settings: a cluster file's ``[client]`` overrides them, and so do the
+    keyword arguments of ``Client.connect``."""
+
     timeout_s: float = 5.0  # per transaction attempt, all its resends included
     attempt_timeout_s: float = 1.0  # one request before it is sent again (same id)
-    retries_max: int = 20  # conflict retries of run()
-    backoff_initial_s: float = 0.001
-    backoff_max_s: float = 0.1
+    retries_max: int = 20  # conflict retries of run() (each under a new transaction id)
+    backoff_initial_s: float = 0.001  # first pause before a conflict's retry; doubles
+    backoff_max_s: float = 0.1  # longest pause between retries
     in_flight_max: int = 256  # transactions this client has outstanding at once
-    connect_timeout_s: float = 2.0
+    connect_timeout_s: float = 2.0  # opening a session to a server
     unavailable_retries_max: int = 10  # runs again after the map changed (new leaders)
 
 
@@ -172,8 +175,12 @@ class ClientProtocol:
         clock: Callable[[], float],
         rng: random.Random,
         cm_members: Sequence[Address] = (),
+        request_bytes_max: int = 8 << 20,
     ) -> None:
+        """``request_bytes_max``: the RPC core's message limit (``[rpc] msg_size_max``); a
+        transaction whose request is larger is refused before anything is sent."""
         self.client_id = client_id
+        self.request_bytes_max = request_bytes_max
         self.leaders = list(leaders)
         self.cm_members = list(cm_members)
         self.epoch = -1  # of the cluster map the leaders come from (-1: the cluster file's)
@@ -337,6 +344,12 @@ class ClientProtocol:
             original.client_id, original.seq, original.procedure, original.args, want_certified
         )
         payload = codec.encode(submit)
+        if len(payload) > self.request_bytes_max:
+            # Nothing was sent and nothing will run: say so at once, not after the timeout.
+            raise InvalidRequest(
+                f"the transaction's request is {len(payload):,} bytes, more than the RPC "
+                f"message limit of {self.request_bytes_max:,} bytes ([rpc] msg_size_max)"
+            )
         address = pending.leader if pending.leader is not None else self.leaders[pending.shard]
         sent = pending.sent
         backoff = settings.backoff_initial_s
@@ -364,6 +377,8 @@ class ClientProtocol:
                 answer = yield Call(
                     address, wire.SUBMIT, payload, min(remaining, settings.attempt_timeout_s)
                 )
+            except MessageTooLarge as exc:  # the limit differs from request_bytes_max
+                raise InvalidRequest(f"the transaction's request is too large: {exc}") from None
             except RpcError as exc:
                 # A lost request or answer, or a dead session (the leader was slow, restarted
                 # or unreachable): ask again under the same id while time remains; the

@@ -10,12 +10,22 @@ MS = 1_000_000  # nanoseconds per millisecond
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """The servers' settings: a cluster file's ``[settings]`` overrides them. Each field's
+    comment is its entry in docs/configuration.md (``store/config_reference.py``)."""
+
+    # Largest key, in UTF-8 bytes.
     key_bytes_max: int = 1024
+    # Largest value, as encoded (about its msgpack size).
     value_bytes_max: int = 1 << 20
+    # Largest client request a server takes (a SUBMIT, its procedure arguments included).
     request_bytes_max: int = 4 << 20
+    # Operations in one operation list.
     ops_per_txn_max: int = 1024
+    # Keys and ranges one transaction may read, over all its batches.
     reads_per_txn_max: int = 10_000
+    # Largest limit of one scan.
     scan_limit_max: int = 10_000
+    # Arguments of one procedure call.
     procedure_args_max: int = 64
     # Transactions a coordinator runs at once; past it new submissions get UNAVAILABLE.
     txns_in_flight_max: int = 4096
@@ -66,7 +76,8 @@ class Settings:
     gc_interval_ns: int = 50 * MS
     # Keys one garbage-collection pass visits at most, so a pass never stalls the server.
     gc_keys_per_pass_max: int = 2000
-    # Outcomes remembered for client retries (exactly-once) and finished txns per participant.
+    # Outcomes a coordinator remembers for client retries (exactly-once), and finished
+    # transactions a participant remembers (so a late request for one is refused).
     outcomes_remembered_max: int = 100_000
     finished_txns_remembered_max: int = 100_000
 
@@ -90,3 +101,61 @@ BREAKABLE_STEPS = (
     "validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote", "lease", "stamps",
 )
 
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """Every limit and timing of a stream, named (STYLE.md: put a limit on everything)."""
+
+    # Records per entry; an open batch closes when it holds this many (Mako uses 400).
+    batch_size_max: int = 400
+    # An open batch closes this long after its first record, full or not. Each entry costs
+    # a round of messages to every region, so at a thousand records a second a 1 ms delay
+    # would send a thousand nearly empty entries; 5 ms batches them for a few ms of latency.
+    batch_delay_ns: int = 5 * MS
+    # An idle stream proposes an empty entry this long after its last proposal when the
+    # entry would carry news (a watermark or vector watermark above the last entry's).
+    heartbeat_interval_ns: int = 10 * MS
+    # An idle stream proposes an empty entry this long after its last proposal when it
+    # would carry nothing new: it only keeps the followers' and the leader lease's evidence
+    # fresh (keep it below leader_lease_ns less a round trip). At 100 heartbeats a second,
+    # idle streams cost a server process about a tenth of a core in gRPC messages alone.
+    heartbeat_idle_interval_ns: int = 100 * MS
+    # Slots proposed and not yet chosen, at most (the pipeline depth).
+    slots_in_flight_max: int = 64
+    # Records appended and not yet in a proposed slot; ``StreamLeader.can_append`` says no
+    # past it, so the replica stops certifying instead of buffering without bound.
+    pending_records_max: int = 100_000
+    # Retransmission of Accept (phase 2a) and Prepare (phase 1a) to silent acceptors. Above
+    # the widest inter-region round trip.
+    accept_retry_ns: int = 250 * MS
+    prepare_retry_ns: int = 250 * MS
+    # A commit index that moved and rode on no Accept is announced this long after.
+    commit_announce_delay_ns: int = 1 * MS
+    # A learner asks the leader for chosen slots it is missing once the gap is this old,
+    # and again at this interval.
+    fetch_retry_ns: int = 100 * MS
+    # Fetch requests (of fetch_entries_max slots each) a catching-up learner keeps on the wire.
+    fetches_in_flight_max: int = 4
+    # Entries per Promise (phase 1b) and per Chosen reply; longer answers come in pieces.
+    promise_entries_max: int = 1024
+    fetch_entries_max: int = 256
+    # Proposals a learner holds ahead of its delivery point; later ones are fetched.
+    learner_window_slots: int = 4096
+    # Chosen slots a replica keeps (in its acceptor, and in the leader's log for lagging
+    # learners) below its newest chosen slot; older ones are forgotten (memory bound). A
+    # follower further behind than this needs state transfer, which is not built yet.
+    log_retained_slots: int = 10_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            assert getattr(self, f.name) > 0, f"{f.name} must be positive"
+
+    def with_overrides(self, **overrides: Any) -> StreamSettings:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown stream settings: {sorted(unknown)}")
+        return replace(self, **overrides)
+
+
+DEFAULT_STREAM_SETTINGS = StreamSettings()

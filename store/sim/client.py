@@ -83,7 +83,7 @@ class SdkProcess:
         self.rpc = SimEndpoint(Nexus(), network, address, rpc_settings)
         self.protocol = ClientProtocol(
             client_id or address, leaders, partitioner, settings, self._clock, sim.rng,
-            cm_members,
+            cm_members, rpc_settings.msg_size_max,
         )
         self._sessions: dict[Any, Session] = {}
 

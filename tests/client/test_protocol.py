@@ -309,3 +309,23 @@ def test_a_follower_that_cannot_serve_a_snapshot_read_now_says_why() -> None:
     driver = Driver(answers(refusal))
     with pytest.raises(Unavailable, match="rejoining"):
         driver.run(driver.protocol.snapshot(0, "f/0", SnapshotRead(1, ["t/a"], [])))
+
+
+def test_a_request_over_the_message_limit_is_invalid_at_once_and_nothing_is_sent() -> None:
+    """Issue 13: a 9 MB transaction used to wait out the whole timeout and end
+    OutcomeUnknown although the RPC core had refused to send it."""
+    driver = Driver(answers())
+    big = "x" * (9 << 20)
+    with pytest.raises(InvalidRequest, match=r"more than the RPC message limit of 8,388,608"):
+        driver.drive(driver.protocol.run(0, "", [[["put", "t/a", big]]], False, False))
+    assert not [effect for effect in driver.effects if isinstance(effect, Call | Connect)]
+    assert driver.now == 100.0  # at once: no timeout waited
+
+
+def test_a_message_too_large_from_the_rpc_core_is_invalid_not_unknown() -> None:
+    from store.rpc import MessageTooLarge
+
+    driver = Driver(answers(MessageTooLarge("payload above msg_size_max")))
+    with pytest.raises(InvalidRequest, match="too large"):
+        driver.drive(driver.protocol.run(0, "p", [], False, False))
+    assert len(driver.submits()) == 1

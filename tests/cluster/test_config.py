@@ -44,7 +44,7 @@ _GEO = {
         ({"shards": [{"leader": "h:1", "region": "mars"}]}, "not a declared region"),
         ({"shards": [{"leader": "h:1"}], "cluster": {"partitioner": "magic"}}, "partitioner"),
         ({"shards": [{"leader": "h:1"}], "cluster": {"procedures": ["nocolon"]}}, "module:function"),
-        ({"shards": [{"leader": "h:1"}], "settings": {"no_such_setting": 1}}, "unknown settings"),
+        ({"shards": [{"leader": "h:1"}], "settings": {"no_such_setting": 1}}, "unknown setting"),
         ({**_GEO, "cm": [{"region": "mars", "address": "h:9"}]}, "not a declared region"),
         ({**_GEO, "cm": [{"region": "us", "address": "h:9"}, {"region": "us", "address": "h:8"}]},
          "one member per region"),
@@ -53,8 +53,59 @@ _GEO = {
         ({**_GEO, "cm": "h:9"}, "tables"),
         ({"shards": [{"leader": "h:1"}], "cm": [{"region": "local", "address": "h:9"}]},
          "needs followers"),
+        # Issue 13: every key of every section is checked, and named with its section.
+        ({"shards": [{"leader": "h:1"}], "client": {"timeout": 3}}, r"\[client\] timeout: unknown setting"),
+        ({"shards": [{"leader": "h:1"}], "client": {"timeout_s": "3"}}, r"\[client\] timeout_s: expected float"),
+        ({"shards": [{"leader": "h:1"}], "client": {"region": "mars"}}, "not a declared region"),
+        ({"shards": [{"leader": "h:1"}], "settings": {"peer_retry_ns": "fast"}}, r"\[settings\] peer_retry_ns: expected int"),
+        ({"shards": [{"leader": "h:1"}], "settings": {"speculation": 1}}, "expected bool"),
+        ({"shards": [{"leader": "h:1"}], "settings": {"peer_retry_ns": True}}, "expected int"),
+        ({"shards": [{"leader": "h:1"}], "settings": {"lock_timeout_ns": -1}}, "must not be negative"),
+        ({"shards": [{"leader": "h:1"}], "stream": {"batch_size_max": 0}}, r"\[stream\]: batch_size_max must be positive"),
+        ({"shards": [{"leader": "h:1"}], "stream": {"batch_sizemax": 5}}, r"\[stream\] batch_sizemax: unknown"),
+        ({"shards": [{"leader": "h:1"}], "rpc": {"mtu": 1500}}, r"\[rpc\] mtu: unknown"),
+        ({"shards": [{"leader": "h:1"}], "rpc": "fast"}, r"\[rpc\] must be a table"),
+        ({"shards": [{"leader": "h:1"}], "sharding": {}}, r"unknown section \[sharding\]"),
+        ({"shards": [{"leader": "h:1", "leeder": "h:2"}]}, r"shards\[0\]: unknown key 'leeder'"),
+        ({"shards": [{"leader": "h:1"}], "cluster": {"nmae": "x"}}, r"\[cluster\]: unknown key 'nmae'"),
+        ({"shards": [{"leader": "h:1"}], "cluster": {"name": 5}}, "cluster.name: expected a non-empty string"),
+        ({"shards": [{"leader": "h:1"}], "cluster": {"python_path": ".."}}, "python_path is a list"),
+        ({**_GEO, "shards": [{"leader": "h:1", "followers": [{"region": "eu", "adress": "h:2"}]}]},
+         r"followers\[0\]: unknown key 'adress'"),
+        ({**_GEO, "shards": [{"leader": "h:1", "followers": "h:2"}]}, "followers must be a list"),
+        ({"shards": [{"leader": "h:1"}], "wan": {"rtt": 50}}, r"\[wan\]: unknown key 'rtt'"),
+        ({"shards": [{"leader": "h:1"}], "wan": {"rtt_ms": "far"}}, "wan.rtt_ms: expected a non-negative number"),
+        ({"shards": [{"leader": "h:1"}], "regions": [{"name": "a"}, {"name": "a"}]}, "each name once"),
+        ({"shards": [{"leader": "h:1"}], "cm": [{"region": "local", "address": "h:9", "port": 1}]},
+         r"cm\[0\]: unknown key 'port'"),
     ],
 )
 def test_bad_cluster_files_name_the_problem(data: dict, complaint: str) -> None:
     with pytest.raises(ConfigError, match=complaint):
         from_dict(data)
+
+
+def test_a_directory_or_an_unreadable_file_is_a_config_error(tmp_path) -> None:
+    from store import config as config_module
+
+    with pytest.raises(ConfigError, match="is a directory"):
+        config_module.load(tmp_path)
+    binary = tmp_path / "cluster.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="cannot read"):
+        config_module.load(binary)
+
+
+def test_checked_overrides_arrive_with_their_types() -> None:
+    config = from_dict({
+        "shards": [{"leader": "h:1"}],
+        "client": {"timeout_s": 3, "region": "local"},
+        "stream": {"batch_delay_ns": 2_000_000},
+        "rpc": {"rto_ns": 4_000_000},
+        "settings": {"speculation": False},
+    })
+    assert config.client == {"timeout_s": 3.0, "region": "local"}
+    assert type(config.client["timeout_s"]) is float
+    assert config.stream == {"batch_delay_ns": 2_000_000}
+    assert config.rpc.rto_ns == 4_000_000 and config.rpc.session_req_window == 64
+    assert config.settings.speculation is False

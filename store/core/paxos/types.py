@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from store.core.settings import DEFAULT_STREAM_SETTINGS as _DEFAULT_STREAM_SETTINGS
+from store.core.settings import StreamSettings as _StreamSettings
 from store.core.vclock import EMPTY, VectorClock
 
 MS = 1_000_000  # nanoseconds per millisecond
@@ -107,63 +109,10 @@ NOOP = Entry(EntryKind.NOOP)
 INF = Entry(EntryKind.INF)
 
 
-@dataclass(frozen=True, slots=True)
-class StreamSettings:
-    """Every limit and timing of a stream, named (STYLE.md: put a limit on everything)."""
-
-    # Records per entry; an open batch closes when it holds this many (Mako uses 400).
-    batch_size_max: int = 400
-    # An open batch closes this long after its first record, full or not. Each entry costs
-    # a round of messages to every region, so at a thousand records a second a 1 ms delay
-    # would send a thousand nearly empty entries; 5 ms batches them for a few ms of latency.
-    batch_delay_ns: int = 5 * MS
-    # An idle stream proposes an empty entry this long after its last proposal when the
-    # entry would carry news (a watermark or vector watermark above the last entry's) ...
-    heartbeat_interval_ns: int = 10 * MS
-    # ... and this long after it when it would not: such a heartbeat only keeps the
-    # followers' and the leader lease's evidence fresh (below leader_lease_ns less a round
-    # trip). Idle streams at 100 heartbeats a second cost a server process about a tenth
-    # of a core in gRPC messages alone.
-    heartbeat_idle_interval_ns: int = 100 * MS
-    # Slots proposed and not yet chosen, at most (the pipeline depth).
-    slots_in_flight_max: int = 64
-    # Records appended and not yet in a proposed slot; ``StreamLeader.can_append`` says no
-    # past it, so the replica stops certifying instead of buffering without bound.
-    pending_records_max: int = 100_000
-    # Retransmission of Accept (phase 2a) and Prepare (phase 1a) to silent acceptors. Above
-    # the widest inter-region round trip.
-    accept_retry_ns: int = 250 * MS
-    prepare_retry_ns: int = 250 * MS
-    # A commit index that moved and rode on no Accept is announced this long after.
-    commit_announce_delay_ns: int = 1 * MS
-    # A learner asks the leader for chosen slots it is missing once the gap is this old,
-    # and again at this interval.
-    fetch_retry_ns: int = 100 * MS
-    # Fetch requests (of fetch_entries_max slots each) a catching-up learner keeps on the wire.
-    fetches_in_flight_max: int = 4
-    # Entries per Promise (phase 1b) and per Chosen reply; longer answers come in pieces.
-    promise_entries_max: int = 1024
-    fetch_entries_max: int = 256
-    # Proposals a learner holds ahead of its delivery point; later ones are fetched.
-    learner_window_slots: int = 4096
-    # Chosen slots a replica keeps (in its acceptor, and in the leader's log for lagging
-    # learners) below its newest chosen slot; older ones are forgotten (memory bound). A
-    # follower further behind than this needs state transfer, which is not built yet.
-    log_retained_slots: int = 10_000
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            assert getattr(self, f.name) > 0, f"{f.name} must be positive"
-
-    def with_overrides(self, **overrides: Any) -> StreamSettings:
-        known = {f.name for f in fields(self)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise ValueError(f"unknown stream settings: {sorted(unknown)}")
-        return replace(self, **overrides)
-
-
-DEFAULT_STREAM_SETTINGS = StreamSettings()
+# The stream's settings are a plain value (store.core.settings), so that a cluster file's
+# [stream] section is checked without loading Paxos; re-exported here for the stream.
+StreamSettings = _StreamSettings
+DEFAULT_STREAM_SETTINGS = _DEFAULT_STREAM_SETTINGS
 
 
 @dataclass(slots=True)
