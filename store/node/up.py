@@ -19,8 +19,10 @@ suspect, and ``up`` stops everything and exits non-zero.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -124,7 +126,9 @@ class ProcessCluster:
                     self._check_children()
                     statuses = await client.status(replicas=True)
                     if all(statuses):
-                        return [s for s in statuses if s is not None]
+                        answered = [s for s in statuses if s is not None]
+                        self._check_ours(answered)
+                        return answered
                     if time.monotonic() > deadline:
                         nodes = self.config.nodes()
                         missing = [nodes[i].address for i, s in enumerate(statuses) if s is None]
@@ -134,6 +138,22 @@ class ProcessCluster:
                 await client.close()
 
         return asyncio.run(poll())
+
+    def _check_ours(self, statuses: list[dict[str, Any]]) -> None:
+        """Every answer must come from a process this cluster started: else another
+        cluster holds an address (one ``ports_in_use`` could not see, or taken since)."""
+        if self.on_host is not None:
+            return  # started through a wrapper on another host: its pids are not ours
+        ours = set(self.pids())
+        strangers = [
+            f"{status.get('address')} (pid {status.get('pid')})" for status in statuses
+            if status.get("pid") not in ours
+        ]
+        if strangers:
+            raise RuntimeError(
+                "processes of another cluster answer at this cluster's addresses: "
+                + ", ".join(strangers)
+            )
 
     def _check_children(self) -> None:
         """While starting: any child that ended is an error."""
@@ -236,7 +256,46 @@ def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def ports_in_use(config: ClusterConfig) -> list[str]:
+    """Every address this machine would have to bind for the cluster and cannot, because
+    something else holds it: each server's RPC port (UDP) and replication port (TCP), the
+    wan-proxy's links and control port (TCP). Addresses of other hosts are skipped."""
+    wanted: list[tuple[str, tuple[str, int], int]] = []
+    for node in config.nodes():
+        wanted.append((f"{node.role} {node.address} (RPC, UDP)", node.rpc, socket.SOCK_DGRAM))
+        listen = config.replication_listen(node)
+        wanted.append(
+            (f"{node.role} {node.address} (replication, TCP {listen[1]})", listen, socket.SOCK_STREAM)
+        )
+    if config.wan is not None:
+        wanted.append(("wan-proxy control (TCP)", config.wan.control, socket.SOCK_STREAM))
+        for name, listen, _, _, _, _ in config.wan_links():
+            wanted.append((f"wan-proxy link {name} (TCP)", listen, socket.SOCK_STREAM))
+    busy = []
+    for what, (host, port), kind in wanted:
+        with socket.socket(socket.AF_INET, kind) as probe:
+            if kind == socket.SOCK_STREAM:
+                # As a server binds (TIME_WAIT of a stopped one does not count).
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    busy.append(f"{host}:{port} for {what}")
+                # Any other error (an address of another host): not this machine's to check.
+    return busy
+
+
 def run_up(config: ClusterConfig, restart: bool = True) -> int:
+    busy = ports_in_use(config)
+    if busy:
+        # Nothing is started: another cluster (or anything else) holds these, and its
+        # processes would answer the readiness check as if they were this cluster's.
+        print(
+            "error: cannot start: addresses in use:\n  " + "\n  ".join(busy),
+            file=sys.stderr, flush=True,
+        )
+        return 1
     cluster = ProcessCluster(config, restart=restart)
     stop_requested = False
 

@@ -104,3 +104,26 @@ def test_a_broken_invariant_stops_the_server_and_up_reports_it(tmp_path: Path) -
     while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
         time.sleep(0.1)
     assert [pid for pid in pids if pid_alive(pid)] == []
+
+
+def test_up_on_addresses_in_use_fails_before_printing_anything_else(tmp_path: Path) -> None:
+    """Issue 13: on ports another cluster holds, ``meridian up`` printed that cluster's
+    process ids and "ready". Now it starts nothing and says which addresses are taken."""
+    path = write_cluster_file(tmp_path)
+    first, pids = start_up(path)
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "store.cli", "up", "--config", str(path)],
+            cwd=REPO, capture_output=True, text=True, timeout=30, check=False,
+        )
+        assert second.returncode == 1
+        assert second.stdout == ""  # no process ids, no "ready", no "stopped"
+        assert "addresses in use" in second.stderr
+        from store import config as config_module
+
+        leader = config_module.load(path).shards[0].leader_address
+        assert f"{leader} for leader {leader} (RPC, UDP)" in second.stderr, second.stderr
+        assert all(pid_alive(pid) for pid in pids)  # the first cluster is untouched
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
