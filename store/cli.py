@@ -242,6 +242,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.shard = -1
     elif args.shard is None or not 0 <= args.shard < len(config.shards):
         raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
+    _transport_usable(config)
     try:
         breaks = frozenset({args.break_step}) if args.break_step else frozenset()
         serve(config, args.shard, args.role, args.region, rejoin=args.rejoin, breaks=breaks)
@@ -250,10 +251,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _transport_usable(config) -> None:  # type: ignore[no-untyped-def]
+    """Stops at once, saying why, where the cluster file's transport cannot run."""
+    if config.transport == "rdma":
+        from store.rpc.rdma import RdmaUnavailable, require_rdma
+
+        try:
+            require_rdma()
+        except RdmaUnavailable as exc:
+            raise SystemExit(f"meridian: {exc}") from None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from store.node.up import run_up
 
-    return run_up(_config(args.config), restart=not args.no_restart)
+    config = _config(args.config)
+    _transport_usable(config)
+    return run_up(config, restart=not args.no_restart)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -112,6 +112,7 @@ class ClusterConfig:
     stream: dict[str, Any] = field(default_factory=dict)  # [stream]'s checked overrides
     rpc: RpcSettings = MERIDIAN_RPC_SETTINGS
     cm: tuple[tuple[str, tuple[str, int]], ...] = ()
+    transport: str = "udp"  # the RPC core's: "udp", or "rdma" (store/rpc/rdma.py)
 
     def nodes(self) -> list[ReplicaNode]:
         """Every server process: the leaders, then the followers, shard by shard, then the
@@ -207,6 +208,7 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "procedures": ("list of 'module:function'", [], "each function is called with the procedure registry at startup"),
         "partitioner": ("'hash' or 'prefix'", "hash", "key placement: CRC-32 of the key, or table/<n>/... on shard n mod S"),
         "replication_port_offset": ("integer", 1000, "a replica's gRPC replication port is its RPC port plus this"),
+        "transport": ("'udp' or 'rdma'", "udp", "the RPC core's transport between servers and clients; 'rdma' needs an RDMA device and is refused at startup where it cannot run, saying why"),
     },
     "regions": {
         "name": ("string", None, "a region (datacenter) name"),
@@ -373,6 +375,9 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
                 tuple(followers),
             )
         )
+    transport = cluster.get("transport", "udp")
+    if transport not in ("udp", "rdma"):
+        raise ConfigError(f"cluster.transport is 'udp' or 'rdma', got {transport!r}")
     partitioner = cluster.get("partitioner", "hash")
     if partitioner not in ("hash", "prefix"):
         raise ConfigError("cluster.partitioner is 'hash' or 'prefix'")
@@ -430,6 +435,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         stream=stream,
         rpc=rpc,
         cm=cm,
+        transport=transport,
     )
 
 

@@ -131,6 +131,13 @@ class Client:
     ) -> Client:
         """Connects to a cluster given its cluster file (or a parsed one)."""
         config = cluster if isinstance(cluster, ClusterConfig) else config_module.load(cluster)
+        if config.transport == "rdma":
+            from store.rpc.rdma import RdmaUnavailable, require_rdma
+
+            try:
+                require_rdma()
+            except RdmaUnavailable as exc:
+                raise Unavailable(str(exc)) from None
         # [client] holds ClientSettings' fields and "region" (read_snapshot's default).
         from_file = {k: v for k, v in config.client.items() if k != "region"}
         base = ClientSettings(**{**from_file, **overrides}) if settings is None else settings

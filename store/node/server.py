@@ -162,6 +162,10 @@ class ShardServer:
             )
         nexus = Nexus()
         host, port = self.node.rpc
+        if config.transport == "rdma":
+            from store.rpc.rdma import require_rdma
+
+            require_rdma()  # raises, saying why (no device here, or not built)
         self.rpc = Rpc.udp(nexus, host, port, settings=config.rpc, loop=loop)
         routes = config.replication_routes(self.node)
         self.transport: ReplicationTransport | None = None

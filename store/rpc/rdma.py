@@ -75,6 +75,27 @@ def rdma_unavailable_reason() -> str | None:
     return None
 
 
+class RdmaUnavailable(RuntimeError):
+    """A cluster file asks for ``transport = "rdma"`` where it cannot be used."""
+
+
+def require_rdma() -> None:
+    """Raises ``RdmaUnavailable`` saying why a process cannot run on RDMA here.
+
+    Two reasons: no usable device (pyverbs missing, no RDMA subsystem, no device), or, where
+    there is one, that processes cannot find each other yet: an RDMA UD endpoint is a
+    (GID, QP number, LID), not the cluster file's host:port, and the exchange of those
+    addresses is not built (the transport itself has never carried a packet: see above)."""
+    reason = rdma_unavailable_reason()
+    if reason is not None:
+        raise RdmaUnavailable(f'transport = "rdma" needs an RDMA device on this machine: {reason}')
+    raise RdmaUnavailable(
+        'transport = "rdma": an RDMA device is present, but Meridian cannot yet resolve the '
+        "cluster file's host:port addresses to RDMA endpoints (GID, QP number); use "
+        'transport = "udp"'
+    )
+
+
 def _enums() -> Any:
     try:
         from pyverbs import enums

@@ -109,3 +109,35 @@ def test_checked_overrides_arrive_with_their_types() -> None:
     assert config.stream == {"batch_delay_ns": 2_000_000}
     assert config.rpc.rto_ns == 4_000_000 and config.rpc.session_req_window == 64
     assert config.settings.speculation is False
+
+
+def test_rdma_is_selectable_and_refused_with_the_reason_where_it_cannot_run(tmp_path) -> None:
+    """Issue 13: ``transport = "rdma"`` in [cluster]. This machine has no RDMA subsystem:
+    the servers, ``meridian up`` and the SDK each refuse at once, saying why."""
+    import subprocess
+    import sys
+
+    from store.client import Client
+    from store.core.errors import Unavailable
+    from store.rpc.rdma import rdma_unavailable_reason
+    from tests.cluster.conftest import run
+    from tests.conftest import REPO
+
+    reason = rdma_unavailable_reason()
+    if reason is None:
+        pytest.skip("an RDMA device is present: the refusal below is for machines without one")
+    assert from_dict({"shards": [{"leader": "h:1"}], "cluster": {"transport": "rdma"}}).transport == "rdma"
+    with pytest.raises(ConfigError, match="'udp' or 'rdma'"):
+        from_dict({"shards": [{"leader": "h:1"}], "cluster": {"transport": "tcp"}})
+    path = tmp_path / "rdma.toml"
+    path.write_text('[cluster]\ntransport = "rdma"\n[[shards]]\nleader = "127.0.0.1:7999"\n')
+    for command in (["up", "--config", str(path)], ["serve", "--config", str(path), "--shard", "0"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "store.cli", *command], cwd=REPO, capture_output=True,
+            text=True, timeout=60, check=False,
+        )
+        assert done.returncode != 0 and done.stdout == "", command
+        assert "needs an RDMA device on this machine" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    with pytest.raises(Unavailable, match="needs an RDMA device"):
+        run(Client.connect(path))
