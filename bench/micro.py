@@ -39,6 +39,7 @@ from tqdm import tqdm  # noqa: E402
 
 from store import config as config_module  # noqa: E402
 from store.client import Aborted, Client, MeridianError  # noqa: E402
+from store.node.scrape import scrape_cluster, total  # noqa: E402
 from store.node.up import ProcessCluster  # noqa: E402
 from store.rpc.aio import new_event_loop  # noqa: E402
 
@@ -240,6 +241,7 @@ def main() -> None:
         "submits_per_txn": round(measured["submits"] / max(counts["attempts"], 1), 4),
         "core_txn_per_s": round(core_txn_per_s, 1),
         "efficiency": round(committed / elapsed / core_txn_per_s, 4),
+        "metrics": metrics_check(measured["scraped"], committed),
     }
     for kind, histogram in histograms.items():
         result[kind] = {
@@ -258,8 +260,30 @@ def main() -> None:
         r = result[kind]
         print(f"  {kind:9} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p999 {r['p999_ms']:.2f} ms")
     print(f"  {result['submits_per_txn']} SUBMIT requests per transaction attempt")
+    metrics = result["metrics"]
+    print(f"  servers' metrics ({metrics['endpoints_scraped']} of {metrics['endpoints']} endpoints): "
+          f"{metrics['committed_counted_by_servers']:,} committed, "
+          f"{metrics['ratio_to_benchmark']:.4f} of the benchmark's count")
     print(f"  pure core on the same mix (same run) {result['core_txn_per_s']:,.0f} txn/s; "
           f"efficiency {result['efficiency']:.2f}")
+
+
+def metrics_check(scraped: tuple[dict[str, Any], dict[str, Any]], committed: int) -> dict[str, Any]:
+    """The servers' own count of COMMITTED answers over the load (their Prometheus
+    endpoints, scraped before and after it) beside the benchmark's count."""
+    before, after = scraped
+    answered = [a for a in after if after[a] is not None and before.get(a) is not None]
+    counted = sum(
+        total(after[a], "meridian_transactions_committed_total")
+        - total(before[a], "meridian_transactions_committed_total")
+        for a in answered
+    )
+    return {
+        "endpoints_scraped": len(answered),
+        "endpoints": len(after),
+        "committed_counted_by_servers": int(counted),
+        "ratio_to_benchmark": round(counted / max(committed, 1), 5),
+    }
 
 
 async def submits(client: Client) -> int:
@@ -279,8 +303,10 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         if not args.connect:
             await preload(client, keys, quiet)
         before = await submits(client)
+        scraped_before = await asyncio.to_thread(scrape_cluster, config)
         measured = await drive(client, keys, args, quiet)
         measured["submits"] = await submits(client) - before
+        measured["scraped"] = (scraped_before, await asyncio.to_thread(scrape_cluster, config))
         return measured
     finally:
         await client.close()

@@ -113,6 +113,7 @@ class ClusterConfig:
     rpc: RpcSettings = MERIDIAN_RPC_SETTINGS
     cm: tuple[tuple[str, tuple[str, int]], ...] = ()
     transport: str = "udp"  # the RPC core's: "udp", or "rdma" (store/rpc/rdma.py)
+    metrics_port_offset: int = 2000  # 0: no metrics endpoint
 
     def nodes(self) -> list[ReplicaNode]:
         """Every server process: the leaders, then the followers, shard by shard, then the
@@ -149,6 +150,12 @@ class ClusterConfig:
 
     def replication_listen(self, node: ReplicaNode) -> tuple[str, int]:
         return node.rpc[0], node.rpc[1] + self.replication_port_offset
+
+    def metrics_listen(self, node: ReplicaNode) -> tuple[str, int] | None:
+        """Where ``node`` serves its Prometheus metrics (None: not configured)."""
+        if not self.metrics_port_offset:
+            return None
+        return node.rpc[0], node.rpc[1] + self.metrics_port_offset
 
     def wan_links(self) -> list[tuple[str, tuple[str, int], tuple[str, int], str, str, str]]:
         """(name, listen, target, source host, from address, to address) for each direction
@@ -208,6 +215,7 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "procedures": ("list of 'module:function'", [], "each function is called with the procedure registry at startup"),
         "partitioner": ("'hash' or 'prefix'", "hash", "key placement: CRC-32 of the key, or table/<n>/... on shard n mod S"),
         "replication_port_offset": ("integer", 1000, "a replica's gRPC replication port is its RPC port plus this"),
+        "metrics_port_offset": ("integer", 2000, "each server serves Prometheus metrics over HTTP at its RPC host, port RPC port plus this, path /metrics; 0: no metrics endpoint"),
         "transport": ("'udp' or 'rdma'", "udp", "the RPC core's transport between servers and clients; 'rdma' needs an RDMA device and is refused at startup where it cannot run, saying why"),
     },
     "regions": {
@@ -417,6 +425,17 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             control=parse_address(raw_wan.get("control", "127.0.0.1:8999"), "wan.control"),
         )
     cm = _parse_cm(data.get("cm", []), regions, shards)
+    replication_offset = _integer(
+        cluster.get("replication_port_offset", 1000), "cluster.replication_port_offset"
+    )
+    metrics_offset = _integer(cluster.get("metrics_port_offset", 2000), "cluster.metrics_port_offset")
+    addresses = [s.leader for s in shards] + [a for s in shards for _, a in s.followers]
+    for host, port in addresses + [a for _, a in cm]:
+        if port + max(replication_offset, metrics_offset) > 65535:
+            raise ConfigError(
+                f"{host}:{port}: its replication or metrics port (RPC port + "
+                f"replication_port_offset / metrics_port_offset) would pass 65535"
+            )
     return ClusterConfig(
         name=_string(cluster.get("name", "meridian"), "cluster.name"),
         path=path,
@@ -428,14 +447,13 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         regions=regions,
         settings=settings,
         client=client,
-        replication_port_offset=_integer(
-            cluster.get("replication_port_offset", 1000), "cluster.replication_port_offset"
-        ),
+        replication_port_offset=replication_offset,
         wan=wan,
         stream=stream,
         rpc=rpc,
         cm=cm,
         transport=transport,
+        metrics_port_offset=metrics_offset,
     )
 
 

@@ -48,6 +48,7 @@ from store.core.execution import (
     Execution,
     Transaction,
 )
+from store.core.metrics import ABORT_CAUSES, LatencyHistogram, abort_cause
 from store.core.participant import Participant
 from store.core.partition import Partitioner
 from store.core.settings import Settings
@@ -142,6 +143,11 @@ class Coordinator(Execution):
         # clock is under the vector watermark.
         self._awaiting_commit: dict[int, Transaction] = {}
         self._waits = waits if waits is not None else ClockWaits(vector_watermark.entries)
+        # Aborts by cause (store.core.metrics.abort_cause), and the latencies from a
+        # SUBMIT's arrival to certification and to the COMMITTED answer (server side).
+        self.aborts_by_cause = dict.fromkeys(ABORT_CAUSES, 0)
+        self.certify_latency = LatencyHistogram()
+        self.commit_latency = LatencyHistogram()
         # gave_up: undecided transactions ended because a participant stayed unreachable.
         self.counters = {
             "certified": 0, "committed": 0, "aborted": 0, "solo": 0, "gave_up": 0,
@@ -202,10 +208,12 @@ class Coordinator(Execution):
                 self._reply(src, outcome)
                 return
             txn = Transaction(txn_id, submit, src, None, self.epoch)
+            txn.submitted_at = now_ns
             txn.ops = ops
         else:
             tx = Tx(self.settings)
             txn = Transaction(txn_id, submit, src, tx, self.epoch)
+            txn.submitted_at = now_ns
             try:
                 txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
             except UnknownProcedure as exc:
@@ -235,13 +243,15 @@ class Coordinator(Execution):
         counters = self.counters
         counters["solo"] += 1
         if ran is False:
-            counters["aborted"] += 1
+            self._count_abort("conflict")
+            self.certify_latency.observe(0)
             outcome = Outcome(submit.seq, Status.ABORTED, None, EMPTY, "conflict")
             self._remember(key, outcome)
             self._reply(src, outcome)
             return True
         result, vc, full, writes, read_from = ran
         counters["certified"] += 1
+        self.certify_latency.observe(0)  # certified in the step that received it
         if observed:
             assert self._observer is not None
             self._observer(
@@ -254,12 +264,14 @@ class Coordinator(Execution):
         else:
             if self.may_acknowledge(now_ns):
                 counters["committed"] += 1
+                self.commit_latency.observe(0)
                 outcome = Outcome(submit.seq, Status.COMMITTED, result, vc, "")
                 self._remember(key, outcome)
                 self._reply(src, outcome)
                 return True
         # Certified, not yet durable: it waits like any other certified transaction.
         txn = Transaction(txn_id, submit, src, None, self.epoch)
+        txn.submitted_at = now_ns
         txn.ops = ops
         txn.executed_at = now_ns
         txn.read_vc = full
@@ -316,6 +328,7 @@ class Coordinator(Execution):
         if other == -1 or not (local_reads or local_locks):
             return False
         txn = Transaction(txn_id, submit, src, None, self.epoch)
+        txn.submitted_at = now_ns
         txn.ops = ops
         txn.executed_at = now_ns
         txn.batch = ops.batch
@@ -323,7 +336,7 @@ class Coordinator(Execution):
         if local_locks:
             ok, counter, deps = self.participant.lock(txn_id, local_locks, self.epoch, now_ns)
             if not ok:
-                self.counters["aborted"] += 1
+                self._count_abort("lock conflict")
                 outcome = Outcome(submit.seq, Status.ABORTED, None, EMPTY, "lock conflict")
                 self._remember(key, outcome)
                 self._reply(src, outcome)
@@ -400,11 +413,16 @@ class Coordinator(Execution):
                 self.held.append((txn, result, detail))
                 return
             waited_ns = max(0, self.now_ns - txn.certified_at)
+            self.commit_latency.observe(max(0, self.now_ns - txn.submitted_at))
         outcome = Outcome(txn.seq, status, result, txn.vc, detail, waited_ns)
         key = (txn.client_id, txn.seq)
         self._by_client.pop(key, None)
         self._remember(key, outcome)
         self._reply(txn.reply_to, outcome)
+
+    def _count_abort(self, detail: str) -> None:
+        self.counters["aborted"] += 1
+        self.aborts_by_cause[abort_cause(detail)] += 1
 
     def _remember(self, key: tuple[str, int], outcome: Outcome) -> None:
         """Every final outcome is remembered, aborts included: a duplicate of a request
@@ -592,6 +610,7 @@ class Coordinator(Execution):
             txn.phase = DECIDED
         if observe:
             self.counters["certified"] += 1
+            self.certify_latency.observe(now_ns - txn.submitted_at)
         if self._observer is not None and observe:
             scans = [
                 (shard, lo, hi, limit, [key for key, _ in seen])
@@ -676,7 +695,7 @@ class Coordinator(Execution):
 
     def _aborted(self, txn: Transaction, detail: str, status: Status = Status.ABORTED) -> None:
         if status == Status.ABORTED:
-            self.counters["aborted"] += 1
+            self._count_abort(detail)
         self._finish_client(txn, status, None, detail)
         txn.phase = ABORTING
         self._forget_if_done(txn)

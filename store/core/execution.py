@@ -70,6 +70,7 @@ class Transaction:
         "result_value",
         "scans",
         "seq",
+        "submitted_at",
         "tx",
         "txn_id",
         "vc",
@@ -115,6 +116,7 @@ class Transaction:
         self.certified_at = 0
         self.result_value: Any = None
         self.executed_at = 0  # when the procedure finished: its reads were all made
+        self.submitted_at = 0  # when the SUBMIT arrived (latency metrics)
 
     def close(self) -> None:
         """Stops a procedure still executing (nothing to stop for an operation list)."""
@@ -136,6 +138,7 @@ class Execution:
     _request: Callable[[int, int, int, Message], None]
     _executed: Callable[[int, Transaction, Any], None]
     _finish_client: Callable[[Transaction, Status, Any, str], None]
+    _count_abort: Callable[[str], None]
 
     def _drive(self, now_ns: int, txn: Transaction, value: Any) -> None:
         """Runs ``txn`` until it waits for remote reads or ends; ``value``: the answer to
@@ -288,6 +291,6 @@ class Execution:
         txn.waiting.clear()
         del self._txns[txn.txn_id]
         if status == Status.ABORTED:
-            self.counters["aborted"] += 1
+            self._count_abort(detail)
         self._finish_client(txn, status, None, detail)
 

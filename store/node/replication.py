@@ -64,6 +64,7 @@ _METHOD = _SERVICE.methods_by_name["Replicate"]
 _METHOD_PATH = f"/{_SERVICE.full_name}/{_METHOD.name}"
 
 STATS_KEYS = (
+    "bytes_sent",
     "batches_sent",
     "messages_sent",
     "batches_received",
@@ -225,6 +226,10 @@ class ReplicationTransport:
     def stats(self) -> dict[str, int]:
         return dict(self._stats)
 
+    def queued(self) -> dict[str, int]:
+        """Messages waiting to be written, per destination."""
+        return {dst: len(peer.queue) for dst, peer in self._peers.items()}
+
     # ---- sending -----------------------------------------------------------------------
 
     def send(self, dst: str, message: PaxosMessage) -> None:
@@ -332,6 +337,7 @@ class ReplicationTransport:
             return False
         self._stats["batches_sent"] += 1
         self._stats["messages_sent"] += len(batch.messages)
+        self._stats["bytes_sent"] += batch.ByteSize()
         return True
 
     # ---- receiving ---------------------------------------------------------------------

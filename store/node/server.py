@@ -36,6 +36,7 @@ from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
 from store.node.host import ReplicaHost
+from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
@@ -191,11 +192,54 @@ class ShardServer:
         self.started_at = time.time()
         self.counters: dict[str, Any] = self.host.counters
         self.transport_routes = set(routes)
+        self.metrics: MetricsServer | None = None  # started by start()
+        self.ready = False
         self.host.start()
 
     async def start(self) -> None:
         if self.transport is not None:
             await self.transport.start()
+        listen = self.config.metrics_listen(self.node)
+        if listen is not None:
+            self.metrics = MetricsServer(ServerCollector(self.metrics_snapshot), *listen)
+            await self.metrics.start()
+        self.ready = True  # every endpoint is up (status says so: ProcessCluster waits for it)
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """What the metrics endpoint shows (store/node/metrics.py), read between two steps."""
+        replica = self.replica
+        state: dict[str, Any] = {
+            "role": self.node.role, "shard": self.node.shard, "region": self.node.region,
+            "rpc": self.rpc.stats(),
+        }
+        if isinstance(replica, ConfigMember):
+            state["epoch"] = replica.map.epoch
+            state["vector_watermark"] = {}
+        elif isinstance(replica, ShardFollower):
+            state["role"] = "follower"
+            state["epoch"] = replica.epoch
+            state["vector_watermark"] = dict(replica.vw.items())
+            state["applied_slots"] = replica.applied_slots
+            state["keys"] = replica.store.key_count()
+        else:
+            state["role"] = "retired" if replica.retired else "leader"
+            coordinator = replica.coordinator
+            state["epoch"] = replica.epoch
+            state["vector_watermark"] = dict(replica.vw.entries)
+            state["keys"] = replica.store.key_count()
+            state["coordinator"] = {
+                "counters": dict(coordinator.counters),
+                "aborts_by_cause": dict(coordinator.aborts_by_cause),
+                "in_flight": coordinator.in_flight(),
+                "certify_latency": coordinator.certify_latency,
+                "commit_latency": coordinator.commit_latency,
+            }
+            stream = replica.stream
+            if stream is not None:
+                state["follower_lag_slots"] = {peer: stream.lag_slots(peer) for peer in stream.peers}
+        if self.transport is not None:
+            state["replication"] = {**self.transport.stats(), "queued": self.transport.queued()}
+        return state
 
     def _on_paxos(self, src: str, message: PaxosMessage) -> None:
         self.host.on_stream_message(src, message)
@@ -208,6 +252,10 @@ class ShardServer:
     def replica(self) -> ShardLeader | ShardFollower | ConfigMember:
         return self.host.replica
 
+    def _metrics_url(self) -> str:
+        listen = self.config.metrics_listen(self.node)
+        return "" if listen is None else f"http://{listen[0]}:{listen[1]}/metrics"
+
     def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
         replica = self.replica
         if isinstance(replica, ConfigMember):
@@ -218,6 +266,8 @@ class ShardServer:
                 "region": self.node.region,
                 "role": "cm",
                 "pid": os.getpid(),
+                "ready": self.ready,
+                "metrics": self._metrics_url(),
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "leading": replica.leading(),
                 "epoch": cluster_map.epoch,
@@ -236,6 +286,8 @@ class ShardServer:
                 "rejoining": replica.rejoining,
                 "voting": replica.voting,
                 "pid": os.getpid(),
+                "ready": self.ready,
+                "metrics": self._metrics_url(),
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "epoch": replica.epoch,
                 "watermark": replica.vw[self.shard],
@@ -256,6 +308,8 @@ class ShardServer:
             "region": self.node.region,
             "role": "retired" if replica.retired else "leader",
             "pid": os.getpid(),
+            "ready": self.ready,
+            "metrics": self._metrics_url(),
             "uptime_s": round(time.time() - self.started_at, 3),
             "epoch": replica.epoch,
             "watermark": replica.durable_watermark(),
@@ -275,6 +329,8 @@ class ShardServer:
         return packed
 
     async def close(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.close()
         self.host.close()
         if self.transport is not None:
             await self.transport.close()

@@ -125,7 +125,7 @@ class ProcessCluster:
                 while True:
                     self._check_children()
                     statuses = await client.status(replicas=True)
-                    if all(statuses):
+                    if all(s is not None and s.get("ready", True) for s in statuses):
                         answered = [s for s in statuses if s is not None]
                         self._check_ours(answered)
                         return answered
@@ -267,6 +267,11 @@ def ports_in_use(config: ClusterConfig) -> list[str]:
         wanted.append(
             (f"{node.role} {node.address} (replication, TCP {listen[1]})", listen, socket.SOCK_STREAM)
         )
+        metrics = config.metrics_listen(node)
+        if metrics is not None:
+            wanted.append(
+                (f"{node.role} {node.address} (metrics, TCP {metrics[1]})", metrics, socket.SOCK_STREAM)
+            )
     if config.wan is not None:
         wanted.append(("wan-proxy control (TCP)", config.wan.control, socket.SOCK_STREAM))
         for name, listen, _, _, _, _ in config.wan_links():

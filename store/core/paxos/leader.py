@@ -160,6 +160,8 @@ class StreamLeader:
         self._prepare_sent_at: dict[str, int] = {}
         self._promised: set[str] = set()
         self._found: dict[int, tuple[Ballot, Entry]] = {}
+        # The highest slot each acceptor has accepted at this ballot: how far behind it is.
+        self.accepted_max: dict[str, int] = {}
         self.entries_proposed = 0
         self.heartbeats_proposed = 0
         self.noops_proposed = 0
@@ -238,6 +240,11 @@ class StreamLeader:
 
     def slots_in_flight(self) -> int:
         return self.next_slot - self.chosen_through
+
+    def lag_slots(self, peer: str) -> int:
+        """Slots proposed at this ballot that ``peer`` has not accepted yet (at most: it may
+        have accepted some lower ones out of order)."""
+        return max(0, self.next_slot - 1 - self.accepted_max.get(peer, self.first_slot - 1))
 
     # ---- entry points ------------------------------------------------------------------
 
@@ -445,6 +452,8 @@ class StreamLeader:
     def _on_accepted(self, now_ns: int, src: str, message: Accepted) -> None:
         if message.ballot != self.ballot or self.phase is not Phase.LEADING:
             return
+        if message.slot > self.accepted_max.get(src, -1):
+            self.accepted_max[src] = message.slot
         voters = self._accepted_by.get(message.slot)
         if voters is None:
             return  # already chosen, or never proposed at this ballot
