@@ -94,6 +94,15 @@ class ReplicaNode:
     def address(self) -> str:
         return f"{self.rpc[0]}:{self.rpc[1]}"
 
+    @property
+    def name(self) -> str:
+        """The process's name: its log files', certificate's and status line's."""
+        if self.role == "cm":
+            return f"cm-{self.region}"
+        if self.role == "leader":
+            return f"shard-{self.shard}"
+        return f"shard-{self.shard}-{self.region}"
+
 
 @dataclass(frozen=True)
 class ClusterConfig:

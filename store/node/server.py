@@ -317,6 +317,10 @@ class ShardServer:
             "keys": replica.store.key_count(),
             "locks_held": replica.store.locked_count(),
             "in_flight": coordinator.in_flight(),
+            "follower_lag_slots": (
+                {peer: replica.stream.lag_slots(peer) for peer in replica.stream.peers}
+                if replica.stream is not None else {}
+            ),
             "counters": {
                 **coordinator.counters,
                 "locks_expired": replica.participant.expired,
@@ -413,11 +417,7 @@ async def _serve(
 
 
 def log_name(node: ReplicaNode) -> str:
-    if node.role == "cm":
-        return f"cm-{node.region}"
-    if node.role == "leader":
-        return f"shard-{node.shard}"
-    return f"shard-{node.shard}-{node.region}"
+    return node.name
 
 
 def serve(

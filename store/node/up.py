@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,8 +31,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from store.config import ClusterConfig
-from store.core.epoch import format_counter
+from store.config import ClusterConfig, ReplicaNode
+from store.core.epoch import EPOCH_SHIFT, format_counter
 
 # A dead child is started again this long after its death was seen (never in a tight loop).
 RESTART_DELAY_S = 1.0
@@ -64,10 +65,34 @@ class ProcessCluster:
         self.restarts: dict[str, int] = {}
         self._env: dict[str, str] = {}
 
+    def log_files(self) -> list[Path]:
+        """Every log file this cluster's processes write: per process, its JSON-lines log
+        (``<name>.log``) and its standard output and error (``<name>.out``)."""
+        names = [node.name for node in self.config.nodes()]
+        if self.config.wan is not None:
+            names.append("wan-proxy")
+        run_dir = self.config.run_dir
+        return [run_dir / f"{name}{suffix}" for name in names for suffix in (".log", ".out")]
+
+    def _set_logs_aside(self) -> None:
+        """Logs are per run: the previous run's files go to ``previous-run/`` (replacing the
+        run before it) instead of being appended to. A process restarted within this run
+        appends to its own files."""
+        aside = self.config.run_dir / "previous-run"
+        moved = False
+        for path in self.log_files():
+            if path.exists():
+                if not moved:
+                    shutil.rmtree(aside, ignore_errors=True)
+                    aside.mkdir(parents=True)
+                    moved = True
+                path.rename(aside / path.name)
+
     def start(self) -> None:
         from store.node.server import log_name
 
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
+        self._set_logs_aside()
         assert self.config.path is not None, "a cluster started by 'up' needs a file"
         env = self._env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
         # Leaders first (children[s] is shard s's leader), then followers, then the proxy.
@@ -233,7 +258,9 @@ class ProcessCluster:
         return [child.pid for child in self.children]
 
 
-def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
+def describe(
+    config: ClusterConfig, statuses: list[dict[str, Any]], log_files: Sequence[Path] = ()
+) -> str:
     lines = [f"cluster {config.name!r}: {len(config.shards)} shard(s), regions {', '.join(config.regions)}"]
     for status in statuses:
         if status["role"] == "cm":
@@ -245,6 +272,7 @@ def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
         lines.append(
             f"  shard {status['shard']}  {status['role']:<8} {status['address']:<16} "
             f"region {status['region']}  pid {status['pid']}"
+            + (f"  metrics {status['metrics']}" if status.get("metrics") else "")
         )
     if config.wan is not None:
         lines.append(
@@ -252,7 +280,8 @@ def describe(config: ClusterConfig, statuses: list[dict[str, Any]]) -> str:
             f"{config.wan.control[0]}:{config.wan.control[1]}"
         )
     lines.append(f"  cluster file: {config.path}")
-    lines.append(f"  logs: {config.run_dir}/shard-<n>.log (JSON lines), shard-<n>.out")
+    lines.append(f"  logs of this run (JSON lines in .log, output in .out; the previous run's in {config.run_dir / 'previous-run'}):")
+    lines += [f"    {path}" for path in log_files]
     return "\n".join(lines)
 
 
@@ -313,7 +342,7 @@ def run_up(config: ClusterConfig, restart: bool = True) -> int:
     try:
         cluster.start()
         statuses = cluster.wait_ready()
-        print(describe(config, statuses), flush=True)
+        print(describe(config, statuses, cluster.log_files()), flush=True)
         print("ready; Ctrl-C stops the cluster", flush=True)
         while not stop_requested:
             time.sleep(0.2)
@@ -357,19 +386,64 @@ def format_status(
     return "\n".join(lines)
 
 
+def format_processes(
+    nodes: list[ReplicaNode], statuses: list[dict[str, Any] | None]
+) -> str:
+    """One line per process of the cluster file: its role now (a follower may have been
+    promoted), shard, region, address, pid and metrics endpoint; a follower's lag behind
+    its shard's leader, in stream slots (what the leader proposed and it has not accepted)
+    and in watermark (counter values of the leader's watermark it has not applied)."""
+    lag_slots: dict[str, int] = {}
+    leader_marks: dict[int, int] = {}
+    for status in statuses:
+        if status is not None and status.get("role") == "leader":
+            lag_slots.update(status.get("follower_lag_slots", {}))
+            leader_marks[int(status["shard"])] = int(status["watermark"])
+    lines = [
+        f"{'process':<14} {'role':<9} {'shard':>5} {'region':<7} {'address':<21} {'pid':>7} "
+        f"{'lag':<22} metrics"
+    ]
+    for node, status in zip(nodes, statuses, strict=True):
+        name = node.name
+        if status is None:
+            lines.append(f"{name:<14} {'DOWN':<9} {node.shard:>5} {node.region:<7} {node.address:<21}")
+            continue
+        lag = ""
+        if status.get("role") == "follower":
+            if status.get("rejoining"):
+                lag = "rejoining"
+            else:
+                slots = lag_slots.get(node.address)
+                mark = leader_marks.get(node.shard)
+                behind = (
+                    max(0, mark - int(status["watermark"]))
+                    if mark is not None and mark >> EPOCH_SHIFT == int(status["watermark"]) >> EPOCH_SHIFT
+                    else None
+                )
+                lag = f"{'?' if slots is None else slots} slots, {'?' if behind is None else behind} behind"
+        shard = "-" if node.role == "cm" else str(node.shard)
+        lines.append(
+            f"{name:<14} {status.get('role', '?'):<9} {shard:>5} {node.region:<7} "
+            f"{node.address:<21} {status.get('pid', '-'):>7} {lag:<22} {status.get('metrics') or '-'}"
+        )
+    return "\n".join(lines)
+
+
 def run_status(config: ClusterConfig) -> int:
     from store.client import Client
 
-    async def fetch() -> tuple[int, list[str], list[dict[str, Any] | None]]:
+    async def fetch() -> tuple[int, list[str], list[dict[str, Any] | None], list[dict[str, Any] | None]]:
         client = await Client.connect(config, connect_timeout_s=0.5, attempt_timeout_s=0.5)
         try:
             epoch, leaders = await client.cluster_map()
-            return epoch, leaders, await client.status()
+            return epoch, leaders, await client.status(), await client.status(replicas=True)
         finally:
             await client.close()
 
-    epoch, leaders, statuses = asyncio.run(fetch())
+    epoch, leaders, statuses, processes = asyncio.run(fetch())
     print(format_status(epoch, leaders, statuses))
+    print()
+    print(format_processes(config.nodes(), processes))
     return 0 if all(s is not None and s.get("role") == "leader" for s in statuses) else 1
 
 

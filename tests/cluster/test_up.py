@@ -127,3 +127,48 @@ def test_up_on_addresses_in_use_fails_before_printing_anything_else(tmp_path: Pa
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=30)
+
+
+def test_logs_are_per_run_the_startup_names_them_and_status_shows_every_process(
+    tmp_path: Path,
+) -> None:
+    """Issue 13: logs were appended across runs and the startup named a pattern; status
+    showed leaders only. Now each run starts fresh files (the previous run's are set aside),
+    the startup lines name every log file and each process's metrics endpoint, and status
+    lists every process with its pid, role, region and metrics endpoint."""
+    from store import config as config_module
+
+    path = write_cluster_file(tmp_path)
+    config = config_module.load(path)
+    first, first_pids = start_up(path)
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=30)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "store.cli", "up", "--config", str(path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert up.stdout is not None
+        output = ""
+        while "ready" not in output:
+            line = up.stdout.readline()
+            assert line, output
+            output += line
+        for name in ("shard-0", "shard-1"):
+            for suffix in (".log", ".out"):
+                assert str(config.run_dir / f"{name}{suffix}") in output
+        assert output.count("metrics http://127.0.0.1:") == 2
+        log = (config.run_dir / "shard-0.log").read_text()
+        assert str(first_pids[0]) not in log  # this run's file, not the first run's
+        aside = (config.run_dir / "previous-run" / "shard-0.log").read_text()
+        assert f'"pid": {first_pids[0]}' in aside
+        status = subprocess.run(
+            [sys.executable, "-m", "store.cli", "status", "--config", str(path)],
+            cwd=REPO, capture_output=True, text=True, timeout=30, check=False,
+        )
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = [line for line in status.stdout.splitlines() if line.startswith("shard-")]
+        assert len(rows) == 2 and all("leader" in row and "/metrics" in row for row in rows), rows
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=30)
