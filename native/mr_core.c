@@ -10,6 +10,7 @@
  *   dispatch     mr_core_rx, mr_core_tick
  */
 #include "mr_core.h"
+#include "mr_hmac.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,9 @@ struct mr_core {
     uint32_t faults_len;
 
     mr_stats stats;
+
+    uint8_t secret[64];
+    uint32_t secret_len; /* 0: session packets are neither signed nor checked */
 };
 
 /* ------------------------------------------------------------------ codec */
@@ -340,6 +344,14 @@ void mr_core_free(mr_core *c) {
 const mr_settings *mr_core_settings(const mr_core *c) { return &c->s; }
 uint64_t mr_core_incarnation(const mr_core *c) { return c->incarnation; }
 mr_stats *mr_core_stats(mr_core *c) { return &c->stats; }
+
+int mr_core_set_secret(mr_core *c, const uint8_t *key, uint32_t len) {
+    if (len != 0 && (len < 16u || len > sizeof c->secret)) return -MR_ERR_BAD_ARGUMENT;
+    memset(c->secret, 0, sizeof c->secret);
+    if (len) memcpy(c->secret, key, len);
+    c->secret_len = len;
+    return 0;
+}
 void mr_core_stats_tx_failed(mr_core *c, uint64_t n) { c->stats.tx_send_failed += n; }
 void mr_core_rx_oversized(mr_core *c) {
     c->stats.rx_pkts++;
@@ -591,16 +603,34 @@ static mr_session *session_alloc(mr_core *c, uint8_t role, const uint8_t *addr,
     return NULL;
 }
 
-static void sm_send(mr_core *c, const uint8_t *addr, uint32_t addr_len, uint8_t type,
-                    int32_t err, const mr_sm_body *b, uint64_t now) {
+/* The MAC of a session packet: HMAC-SHA-256 under the secret of its encoded header, then
+ * its body (the header carries the packet type and the error code). */
+static void sm_mac(const mr_core *c, const mr_hdr *h, const uint8_t *body, uint8_t *out) {
+    uint8_t hdr[MR_HDR_BYTES];
+    mr_hdr_encode(hdr, h);
+    mr_hmac_sha256(c->secret, c->secret_len, hdr, MR_HDR_BYTES, body, MR_SM_BODY_BYTES, out);
+}
+
+static void sm_send_signed(mr_core *c, const uint8_t *addr, uint32_t addr_len, uint8_t type,
+                           int32_t err, const mr_sm_body *b, int sign, uint64_t now) {
     mr_hdr h = {0};
     h.req_type = type;
     h.msg_size = (uint32_t)err;
     h.dest_session = MR_SESSION_NUM_INVALID;
     h.magic = MR_MAGIC_SM;
-    uint8_t body[MR_SM_BODY_BYTES];
+    uint8_t body[MR_SM_BODY_BYTES + MR_HMAC_BYTES];
     sm_body_encode(body, b);
-    emit(c, addr, addr_len, &h, body, MR_SM_BODY_BYTES, now);
+    uint32_t len = MR_SM_BODY_BYTES;
+    if (sign && c->secret_len) {
+        sm_mac(c, &h, body, body + MR_SM_BODY_BYTES);
+        len += MR_HMAC_BYTES;
+    }
+    emit(c, addr, addr_len, &h, body, len, now);
+}
+
+static void sm_send(mr_core *c, const uint8_t *addr, uint32_t addr_len, uint8_t type,
+                    int32_t err, const mr_sm_body *b, uint64_t now) {
+    sm_send_signed(c, addr, addr_len, type, err, b, 1, now);
 }
 
 static void client_sm_send(mr_core *c, mr_session *s, uint8_t type, uint64_t now) {
@@ -1123,13 +1153,38 @@ static void server_sm_reply(mr_core *c, const uint8_t *addr, uint32_t addr_len, 
 
 static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_hdr *h,
                   const uint8_t *body_raw, uint32_t plen, uint64_t now) {
-    if (plen != MR_SM_BODY_BYTES || h->pkt_type != 0 || h->pkt_num != 0 || h->req_num != 0) {
+    if ((plen != MR_SM_BODY_BYTES && plen != MR_SM_BODY_BYTES + MR_HMAC_BYTES) ||
+        h->pkt_type != 0 || h->pkt_num != 0 || h->req_num != 0) {
         c->stats.rx_malformed++;
         return;
     }
     mr_sm_body b;
     sm_body_decode(body_raw, &b);
     int32_t err = (int32_t)h->msg_size;
+    if (c->secret_len) {
+        int valid = 0;
+        if (plen == MR_SM_BODY_BYTES + MR_HMAC_BYTES) {
+            uint8_t mac[MR_HMAC_BYTES];
+            sm_mac(c, h, body_raw, mac);
+            valid = mr_mac_equal(mac, body_raw + MR_SM_BODY_BYTES, MR_HMAC_BYTES);
+        }
+        if (!valid) {
+            c->stats.sm_unauthenticated++;
+            if (h->req_type == MR_SM_CONNECT_REQ) {
+                /* Refused, and told so without a MAC: a peer without the secret (or with
+                 * another one) could not check one, and learns only that it was refused. */
+                mr_sm_body r = b;
+                r.server_incarnation = c->incarnation;
+                r.server_session = MR_SESSION_NUM_INVALID;
+                r.server_tag = 0;
+                sm_send_signed(c, addr, addr_len, MR_SM_CONNECT_RESP, MR_ERR_UNAUTHENTICATED, &r,
+                               0, now);
+                return;
+            }
+            /* A refusal of our own connect request comes unsigned (above); nothing else may. */
+            if (!(h->req_type == MR_SM_CONNECT_RESP && err == MR_ERR_UNAUTHENTICATED)) return;
+        }
+    }
     switch (h->req_type) {
     case MR_SM_CONNECT_REQ: {
         if (b.credits < 1 || b.credits > 1024) {
@@ -1224,7 +1279,8 @@ static void sm_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const mr_h
                 return;
             }
             if (err != MR_OK) {
-                client_session_fail(c, s, err == MR_ERR_RING_EXHAUSTED ? err : MR_ERR_INVALID_SESSION);
+                client_session_fail(c, s, err == MR_ERR_RING_EXHAUSTED || err == MR_ERR_UNAUTHENTICATED
+                                              ? err : MR_ERR_INVALID_SESSION);
                 return;
             }
             if (b.server_session >= MR_SESSION_NUM_INVALID) {

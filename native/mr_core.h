@@ -78,6 +78,7 @@ enum {
     MR_ERR_STALE = 8,           /* response for a request the server no longer holds */
     MR_ERR_NO_MEMORY = 9,
     MR_ERR_BAD_ARGUMENT = 10,
+    MR_ERR_UNAUTHENTICATED = 11, /* the server requires the cluster secret: connect refused */
 };
 
 /* Event kinds handed to the application. */
@@ -119,6 +120,7 @@ typedef struct mr_stats {
     uint64_t requests_handled;    /* request events delivered to handlers */
     uint64_t responses_received;  /* response events delivered to continuations */
     uint64_t sessions_refused;
+    uint64_t sm_unauthenticated; /* session packets without a valid MAC, dropped or refused */
     uint64_t sessions_failed;
     uint64_t tx_queue_dropped;
     uint64_t tx_send_failed;      /* counted by the transport adapter */
@@ -193,6 +195,12 @@ int mr_core_session_info(const mr_core *c, int session, mr_session_info *out);
 
 /* Fault injection on packets this core sends (and, for partitions, receives). addr_len == 0
  * sets the rule used for every peer without a rule of its own. Probabilities in [0, 1]. */
+/* The cluster secret (16..64 bytes; len 0: none). With one, every session-management packet
+ * this core sends carries an HMAC-SHA-256 of its header and body under the secret, and every
+ * one it receives must: a connect request without a valid one is refused (and counted), any
+ * other is dropped (and counted). Data packets are not authenticated (docs/rpc.md). */
+int mr_core_set_secret(mr_core *c, const uint8_t *key, uint32_t len);
+
 int mr_core_set_fault(mr_core *c, const uint8_t *addr, uint32_t addr_len, double drop,
                       double duplicate, double reorder, uint64_t delay_ns,
                       uint64_t reorder_delay_ns, int partitioned);

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "mr_core.h"
+#include "mr_hmac.h"
 
 #define MR_UDP_BATCH 64u
 
@@ -366,8 +367,8 @@ static PyObject *Core_stats(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
     mr_stats *s = mr_core_stats(self->core);
 #define F(name) #name, (unsigned long long)s->name
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
-        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sm_unauthenticated), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
 #undef F
 }
 
@@ -422,6 +423,20 @@ static PyObject *Core_set_fault(CoreObject *self, PyObject *args, PyObject *kwds
     Py_RETURN_NONE;
 }
 
+static PyObject *Core_set_secret(CoreObject *self, PyObject *arg) {
+    if (!ready(self)) return NULL;
+    Py_buffer key;
+    if (PyObject_GetBuffer(arg, &key, PyBUF_SIMPLE) < 0) return NULL;
+    int r = key.len > 64 ? -MR_ERR_BAD_ARGUMENT
+                         : mr_core_set_secret(self->core, key.buf, (uint32_t)key.len);
+    PyBuffer_Release(&key);
+    if (r) {
+        PyErr_SetString(PyExc_ValueError, "a cluster secret is 16 to 64 bytes (or empty: none)");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Core_clear_faults(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!ready(self)) return NULL;
     mr_core_clear_faults(self->core);
@@ -464,6 +479,7 @@ static PyMethodDef Core_methods[] = {
     {"session_info", (PyCFunction)Core_session_info, METH_O, NULL},
     {"set_fault", (PyCFunction)(void (*)(void))Core_set_fault, METH_VARARGS | METH_KEYWORDS, NULL},
     {"clear_faults", (PyCFunction)Core_clear_faults, METH_NOARGS, NULL},
+    {"set_secret", (PyCFunction)Core_set_secret, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -517,7 +533,18 @@ static PyObject *mod_encode_header(PyObject *Py_UNUSED(m), PyObject *args, PyObj
     return PyBytes_FromStringAndSize((const char *)out, MR_HDR_BYTES);
 }
 
+static PyObject *mod_hmac_sha256(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer key, msg;
+    if (!PyArg_ParseTuple(args, "y*y*", &key, &msg)) return NULL;
+    uint8_t out[MR_HMAC_BYTES];
+    mr_hmac_sha256(key.buf, (size_t)key.len, msg.buf, (size_t)msg.len, NULL, 0, out);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&msg);
+    return PyBytes_FromStringAndSize((const char *)out, MR_HMAC_BYTES);
+}
+
 static PyMethodDef module_methods[] = {
+    {"hmac_sha256", (PyCFunction)mod_hmac_sha256, METH_VARARGS, NULL},
     {"decode_header", (PyCFunction)mod_decode_header, METH_O, NULL},
     {"encode_header", (PyCFunction)(void (*)(void))mod_encode_header, METH_VARARGS | METH_KEYWORDS,
      NULL},

@@ -23,6 +23,7 @@ from store.rpc.errors import (
     SessionClosed,
     SessionError,
     SessionRefused,
+    Unauthenticated,
     UnknownRequestType,
 )
 from store.rpc.settings import RpcSettings
@@ -56,6 +57,7 @@ __all__ = [
     "SimRpc",
     "Transport",
     "UdpTransport",
+    "Unauthenticated",
     "UnknownRequestType",
     "new_event_loop",
 ]

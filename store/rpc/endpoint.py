@@ -451,6 +451,11 @@ class RpcBase:
     def clear_faults(self) -> None:
         self._core.clear_faults()
 
+    def set_secret(self, secret: bytes) -> None:
+        """The cluster secret (16 to 64 bytes; b"": none): sessions are made only with
+        endpoints that have it (``mr_core_set_secret``; docs/rpc.md "Authentication")."""
+        self._core.set_secret(secret)
+
     def stats(self) -> dict[str, int]:
         """Counters of the core: packets, drops by reason, retransmissions, ..."""
         counters: dict[str, int] = self._core.stats()

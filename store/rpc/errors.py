@@ -12,6 +12,7 @@ Callers act on the class, never on a message string:
     └── SessionError           the session can carry no more requests
         ├── SessionClosed      destroyed locally
         ├── SessionRefused     the server is out of credits or sessions (eRPC kRingExhausted)
+        │   └── Unauthenticated    the server requires the cluster secret; we lack it
         └── PeerUnavailable    no answer from the peer within session_timeout_ns
             └── PeerRestarted  the peer answered but no longer knows the session
 
@@ -63,6 +64,10 @@ class SessionRefused(SessionError):
     """The server refused the session: it has no credits (or session slots) left."""
 
 
+class Unauthenticated(SessionRefused):
+    """The server requires the cluster secret, and this endpoint has none or another one."""
+
+
 class PeerUnavailable(SessionError):
     """The peer did not answer within session_timeout_ns."""
 
@@ -82,6 +87,7 @@ ERR_NO_SESSION = 7
 ERR_STALE = 8
 ERR_NO_MEMORY = 9
 ERR_BAD_ARGUMENT = 10
+ERR_UNAUTHENTICATED = 11
 
 # Response status bytes (carried in the req_type field of response packets).
 STATUS_OK = 0
@@ -94,6 +100,11 @@ def error_for_code(code: int, context: str = "") -> RpcError:
     suffix = f": {context}" if context else ""
     if code == ERR_RING_EXHAUSTED:
         return SessionRefused(f"server refused the session (out of credits){suffix}")
+    if code == ERR_UNAUTHENTICATED:
+        return Unauthenticated(
+            f"server refused the session: it requires the cluster secret, and this endpoint "
+            f"has none or another one ([security] secret_file){suffix}"
+        )
     if code == ERR_INVALID_SESSION:
         return PeerRestarted(f"peer no longer knows the session (restarted?){suffix}")
     if code == ERR_TIMEOUT:

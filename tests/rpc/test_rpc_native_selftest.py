@@ -24,7 +24,7 @@ def test_core_selftest_under_sanitizers(tmp_path: Path) -> None:
     build = subprocess.run(
         [cc, "-std=c11", "-O1", "-g", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-         f"-I{NATIVE}", str(NATIVE / "mr_core.c"), str(HERE / "core_selftest.c"), "-o", str(exe)],
+         f"-I{NATIVE}", str(NATIVE / "mr_core.c"), str(NATIVE / "mr_hmac.c"), str(HERE / "core_selftest.c"), "-o", str(exe)],
         capture_output=True, text=True, check=False,
     )
     if build.returncode != 0 and "sanitize" in build.stderr:
