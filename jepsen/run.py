@@ -132,6 +132,12 @@ def cluster_file(directory: Path, hosts: Hosts, options: Options) -> Path:
         ]
     for region in REGIONS:
         lines += ["[[cm]]", f'region = "{region}"', f'address = "{address[region]}:{CM_PORT}"']
+    # On, as in every cluster file Meridian writes: mutual TLS between regions and the
+    # cluster secret on every RPC session (the certificates are made next, beside it).
+    lines += [
+        "[security]", "tls = true", 'ca = "certs/ca.pem"', 'cert_dir = "certs"',
+        'secret_file = "certs/cluster.secret"',
+    ]
     path = directory / "cluster.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -169,7 +175,10 @@ def run_test(options: Options, log: Callable[[str], None] = print) -> dict[str, 
         from store import config as config_module
         from store.node.up import ProcessCluster
 
+        from store.node.certs import write_cluster_certs
+
         config = config_module.load(cluster_file(directory, hosts, options))
+        write_cluster_certs(config, days=2)
         server_args = ["--break", options.break_step] if options.break_step else []
         cluster = ProcessCluster(
             config, restart=False, on_host=hosts.command, server_args=server_args

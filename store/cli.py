@@ -208,6 +208,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wan.add_argument("options", nargs=argparse.REMAINDER, help="see meridian wan-proxy --help")
 
+    certs = commands.add_parser(
+        "certs",
+        help="make the cluster's CA, each process's TLS key and certificate, and the "
+        "cluster secret, where the cluster file's [security] says",
+    )
+    certs.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
+    certs.add_argument("--days", type=int, default=365, help="validity of the certificates")
+    certs.set_defaults(run=cmd_certs)
+
     reference = commands.add_parser(
         "config-reference",
         help="print the cluster file reference (docs/configuration.md) from the definitions",
@@ -236,9 +245,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from store.node.server import serve
 
     config = _config(args.config)
+    if (args.role == "cm" and args.region is None) or (
+        args.role != "cm" and (args.shard is None or (args.role == "follower" and args.region is None))
+    ):
+        _pick_local_node(config, args)
     if args.role == "cm":
-        if args.region is None:
-            raise SystemExit("meridian: a CM member needs --region")
         args.shard = -1
     elif args.shard is None or not 0 <= args.shard < len(config.shards):
         raise SystemExit(f"meridian: the cluster has no shard {args.shard}")
@@ -249,6 +260,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise SystemExit(f"meridian: {exc}") from None
     return 0
+
+
+def _pick_local_node(config, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    """``meridian serve --role ROLE`` without the shard or region: the one process of that
+    role (and of the shard or region given, if one is) whose address is this machine's."""
+    from store.node.up import is_local
+
+    candidates = [
+        node for node in config.nodes()
+        if node.role == args.role
+        and (args.shard is None or node.shard == args.shard)
+        and (args.region is None or node.region == args.region)
+    ]
+    local = [node for node in candidates if is_local(node.rpc[0])]
+    if len(local) != 1:
+        named = ", ".join(f"{n.name} ({n.address})" for n in (local or candidates)) or "none"
+        where = "on this machine" if local else "in the cluster file, none on this machine"
+        raise SystemExit(
+            f"meridian: serve --role {args.role}: {len(local or candidates)} processes of that "
+            f"role {where}: {named}; name one with --shard and --region"
+        )
+    args.shard, args.region = local[0].shard, local[0].region
 
 
 def _transport_usable(config) -> None:  # type: ignore[no-untyped-def]
@@ -274,6 +307,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     from store.node.up import run_status
 
     return run_status(_config(args.config))
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from store.config import ConfigError
+    from store.node.certs import write_cluster_certs
+
+    config = _config(args.config)
+    if args.days < 1:
+        raise SystemExit("meridian: --days must be at least 1")
+    try:
+        written = write_cluster_certs(config, args.days)
+    except ConfigError as exc:
+        raise SystemExit(f"meridian: {exc}") from None
+    for path in written:
+        print(path)
+    return 0
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:

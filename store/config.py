@@ -81,6 +81,42 @@ class WanConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """``[security]``: mutual TLS on the replication links, and the cluster secret of the
+    RPC core's sessions (docs/security.md). Paths are absolute (resolved against the
+    cluster file's folder)."""
+
+    tls: bool
+    ca: Path | None
+    cert_dir: Path | None
+    secret_file: Path | None
+
+    def identity_files(self, node: ReplicaNode) -> tuple[Path, Path]:
+        """(key, certificate) of ``node``: ``<cert_dir>/<process name>.key`` and ``.pem``."""
+        assert self.cert_dir is not None
+        return self.cert_dir / f"{node.name}.key", self.cert_dir / f"{node.name}.pem"
+
+    def secret(self) -> bytes | None:
+        """The cluster secret (the file holds it in hex), or None without a secret_file."""
+        if self.secret_file is None:
+            return None
+        try:
+            text = self.secret_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"[security] secret_file {self.secret_file}: {exc.strerror}") from None
+        try:
+            secret = bytes.fromhex(text)
+        except ValueError:
+            raise ConfigError(f"[security] secret_file {self.secret_file}: not hex") from None
+        if not 16 <= len(secret) <= 64:
+            raise ConfigError(
+                f"[security] secret_file {self.secret_file}: the secret is 16 to 64 bytes "
+                f"(32 to 128 hex digits), this one {len(secret)}"
+            )
+        return secret
+
+
+@dataclass(frozen=True)
 class ReplicaNode:
     """One server process: a shard's leader or one of its followers, or a configuration
     manager member (role "cm", shard -1)."""
@@ -122,6 +158,7 @@ class ClusterConfig:
     rpc: RpcSettings = MERIDIAN_RPC_SETTINGS
     cm: tuple[tuple[str, tuple[str, int]], ...] = ()
     transport: str = "udp"  # the RPC core's: "udp", or "rdma" (store/rpc/rdma.py)
+    security: SecurityConfig | None = None  # [security]; None: no TLS, no secret
     metrics_port_offset: int = 2000  # 0: no metrics endpoint
 
     def nodes(self) -> list[ReplicaNode]:
@@ -243,6 +280,12 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "region": ("region name", None, "the member's region (one member per region)"),
         "address": ("'host:port'", None, "the member's RPC address"),
     },
+    "security": {
+        "tls": ("true / false", False, "mutual TLS on every replication (gRPC) link: each process shows its certificate and checks its peer's against the CA"),
+        "ca": ("path", None, "the cluster's CA certificate (PEM); its key beside it, as .key, for meridian certs; relative to the cluster file"),
+        "cert_dir": ("path", None, "each process's <name>.pem and <name>.key (names: shard-<n>, shard-<n>-<region>, cm-<region>); relative to the cluster file"),
+        "secret_file": ("path", None, "the cluster secret (hex, 16 to 64 bytes): RPC sessions (servers and clients alike) are made only between endpoints that have it; relative to the cluster file"),
+    },
     "wan": {
         "rtt_ms": ("float", 50.0, "emulated round trip between regions, in milliseconds"),
         "jitter_ms": ("float", 1.0, "uniform jitter added to each direction, in milliseconds"),
@@ -346,7 +389,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     from store.client.protocol import ClientSettings  # lazily: the SDK imports this module
 
     base = path.parent if path is not None else Path.cwd()
-    known_sections = {"cluster", "regions", "shards", "cm", "wan", *SETTINGS_SECTIONS}
+    known_sections = {"cluster", "regions", "shards", "cm", "wan", "security", *SETTINGS_SECTIONS}
     for section in data:
         if section not in known_sections:
             raise ConfigError(
@@ -434,6 +477,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             control=parse_address(raw_wan.get("control", "127.0.0.1:8999"), "wan.control"),
         )
     cm = _parse_cm(data.get("cm", []), regions, shards)
+    security = _parse_security(data.get("security"), base)
     replication_offset = _integer(
         cluster.get("replication_port_offset", 1000), "cluster.replication_port_offset"
     )
@@ -462,8 +506,28 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         rpc=rpc,
         cm=cm,
         transport=transport,
+        security=security,
         metrics_port_offset=metrics_offset,
     )
+
+
+def _parse_security(raw: object, base: Path) -> SecurityConfig | None:
+    if raw is None:
+        return None
+    table = _table(raw, "[security]")
+    _known_keys(table, "security", "[security]")
+    tls = table.get("tls", False)
+    if type(tls) is not bool:
+        raise ConfigError(f"[security] tls: expected true or false, got {tls!r}")
+
+    def path(key: str) -> Path | None:
+        value = table.get(key)
+        return None if value is None else (base / _string(value, f"security.{key}")).resolve()
+
+    security = SecurityConfig(tls, path("ca"), path("cert_dir"), path("secret_file"))
+    if tls and (security.ca is None or security.cert_dir is None):
+        raise ConfigError("[security] tls = true needs ca and cert_dir")
+    return security
 
 
 def _parse_cm(

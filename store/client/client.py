@@ -146,6 +146,9 @@ class Client:
             [address for _, address in config.cm],
         )
         client._config = config
+        secret = config.security.secret() if config.security is not None else None
+        if secret is not None:
+            client._rpc.set_secret(secret)  # the servers make sessions only with its holders
         for address in client._addresses:
             # A shard that is down now fails its transactions until it is back.
             with contextlib.suppress(RpcError):

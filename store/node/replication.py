@@ -35,6 +35,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -63,7 +64,11 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["Replication"]
 _METHOD = _SERVICE.methods_by_name["Replicate"]
 _METHOD_PATH = f"/{_SERVICE.full_name}/{_METHOD.name}"
 
+# A link refused by TLS is said so at most this often (it is dialed again every backoff).
+TLS_LOG_INTERVAL_S = 10.0
+
 STATS_KEYS = (
+    "tls_refused",
     "bytes_sent",
     "batches_sent",
     "messages_sent",
@@ -137,6 +142,21 @@ class _Peer:
         self.call: Any = None  # grpc.aio.StreamStreamCall
         self.writer: asyncio.Task[None] | None = None
         self.calls_opened = 0
+        self.tls_logged_at = -float("inf")  # when a TLS refusal was last logged
+        self.tls_refusals = 0  # refusals not logged since
+
+
+@dataclass(frozen=True)
+class TlsIdentity:
+    """Mutual TLS for every replication link: this process's key and certificate (PEM), the
+    cluster's CA certificate, and the name each destination's certificate carries (its
+    process name, as ``meridian certs`` writes it): the name is checked rather than the
+    address dialed, since a link may go through a proxy (``meridian wan-proxy``)."""
+
+    key: bytes
+    certificate: bytes
+    ca: bytes
+    peer_names: dict[str, str]  # destination address -> the name its certificate must carry
 
 
 class ReplicationTransport:
@@ -156,6 +176,7 @@ class ReplicationTransport:
         batch_messages_max: int = BATCH_MESSAGES_MAX,
         message_bytes_max: int = MESSAGE_BYTES_MAX,
         close_grace_s: float = 0.0,
+        tls: TlsIdentity | None = None,
     ) -> None:
         assert queue_messages_max >= 1
         assert batch_messages_max >= 1
@@ -173,6 +194,7 @@ class ReplicationTransport:
         self.batch_messages_max = batch_messages_max
         self.message_bytes_max = message_bytes_max
         self.close_grace_s = close_grace_s
+        self.tls = tls
         self.port: int | None = None  # the bound port once started (``listen`` may say 0)
         self._server: grpc.aio.Server | None = None
         self._peers: dict[str, _Peer] = {}
@@ -195,7 +217,15 @@ class ReplicationTransport:
             (grpc.method_handlers_generic_handler(_SERVICE.full_name, {_METHOD.name: handler}),)
         )
         host, port = self.listen
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        if self.tls is None:
+            self.port = server.add_insecure_port(f"{host}:{port}")
+        else:
+            # Mutual: a peer must show a certificate the cluster's CA signed.
+            credentials = grpc.ssl_server_credentials(
+                [(self.tls.key, self.tls.certificate)], root_certificates=self.tls.ca,
+                require_client_auth=True,
+            )
+            self.port = server.add_secure_port(f"{host}:{port}", credentials)
         if self.port == 0:
             raise OSError(f"replication transport cannot listen on {host}:{port}")
         await server.start()
@@ -278,16 +308,25 @@ class ReplicationTransport:
 
     def _open_call(self, peer: _Peer) -> None:
         if peer.channel is None:
-            peer.channel = grpc.aio.insecure_channel(
-                peer.target,
-                options=channel_options(
-                    self.message_bytes_max, self.connect_backoff_s, self.connect_backoff_max_s
-                ),
+            options = channel_options(
+                self.message_bytes_max, self.connect_backoff_s, self.connect_backoff_max_s
             )
+            if self.tls is None:
+                peer.channel = grpc.aio.insecure_channel(peer.target, options=options)
+            else:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=self.tls.ca, private_key=self.tls.key,
+                    certificate_chain=self.tls.certificate,
+                )
+                name = self.tls.peer_names[peer.dst]
+                options.append(("grpc.ssl_target_name_override", name))
+                peer.channel = grpc.aio.secure_channel(peer.target, credentials, options=options)
         stub = pb_grpc.ReplicationStub(peer.channel)  # type: ignore[no-untyped-call]
         # wait_for_ready: while the peer is down the call waits for the channel to connect
-        # (gRPC redials with the backoff set above) instead of failing at once.
-        peer.call = stub.Replicate(wait_for_ready=True)
+        # (gRPC redials with the backoff set above) instead of failing at once. Not with
+        # TLS: a refused handshake would then wait forever, silently; failing, the call says
+        # why (_log_ended) and the write loop dials again after its own backoff.
+        peer.call = stub.Replicate(wait_for_ready=self.tls is None)
         if peer.calls_opened:
             self._stats["reconnects"] += 1
         peer.calls_opened += 1
@@ -332,13 +371,41 @@ class ReplicationTransport:
             await peer.call.write(batch)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as error:
             self._stats["dropped"] += len(batch.messages)
-            logger.info("replication stream to %s via %s ended: %s", peer.dst, peer.target, error)
+            self._log_ended(peer, error)
             peer.call.cancel()  # makes done() true whatever the error was
             return False
         self._stats["batches_sent"] += 1
         self._stats["messages_sent"] += len(batch.messages)
         self._stats["bytes_sent"] += batch.ByteSize()
         return True
+
+    def _log_ended(self, peer: _Peer, error: BaseException) -> None:
+        details = str(error.details() if isinstance(error, grpc.aio.AioRpcError) else error)
+        lowered = details.lower()
+        if self.tls is not None and any(
+            word in lowered
+            for word in ("ssl", "tls", "handshake", "certificate", "verification")
+        ):
+            # Refused by TLS: the peer's certificate is not signed by the cluster's CA, has
+            # expired, or names another process (or ours is refused there). Said plainly,
+            # since gRPC's own words are those of its TLS library; once per peer every
+            # TLS_LOG_INTERVAL_S, with how many refusals since.
+            self._stats["tls_refused"] += 1
+            now = self.loop.time()
+            if now < peer.tls_logged_at + TLS_LOG_INTERVAL_S:
+                peer.tls_refusals += 1
+                return
+            logger.warning(
+                "replication link to %s via %s refused by TLS (is its certificate signed by "
+                "this cluster's CA, valid now, and for %s? %d more refusals since the last "
+                "line): %s",
+                peer.dst, peer.target, self.tls.peer_names.get(peer.dst), peer.tls_refusals,
+                details,
+            )
+            peer.tls_logged_at = now
+            peer.tls_refusals = 0
+            return
+        logger.info("replication stream to %s via %s ended: %s", peer.dst, peer.target, details)
 
     # ---- receiving ---------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from store.core.replica import ShardLeader
 from store.core.txn import Procedures
 from store.node.host import ReplicaHost
 from store.node.metrics import MetricsServer, ServerCollector
-from store.node.replication import ReplicationTransport
+from store.node.replication import ReplicationTransport, TlsIdentity
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
 from store.rpc.aio import Rpc, new_event_loop
@@ -168,6 +168,11 @@ class ShardServer:
 
             require_rdma()  # raises, saying why (no device here, or not built)
         self.rpc = Rpc.udp(nexus, host, port, settings=config.rpc, loop=loop)
+        security = config.security
+        secret = security.secret() if security is not None else None
+        if secret is not None:
+            self.rpc.set_secret(secret)
+        self._refused_seen = 0  # sessions refused for want of the secret, already logged
         routes = config.replication_routes(self.node)
         self.transport: ReplicationTransport | None = None
         if routes:
@@ -177,6 +182,7 @@ class ShardServer:
                 routes,
                 self._on_paxos,
                 loop=loop,
+                tls=tls_identity(config, self.node),
             )
         self.host = ReplicaHost(
             replica,
@@ -204,6 +210,16 @@ class ShardServer:
             self.metrics = MetricsServer(ServerCollector(self.metrics_snapshot), *listen)
             await self.metrics.start()
         self.ready = True  # every endpoint is up (status says so: ProcessCluster waits for it)
+
+    def report_refusals(self) -> None:
+        """Logs sessions refused for want of the cluster secret since the last call."""
+        refused = self.rpc.stats()["sm_unauthenticated"]
+        if refused > self._refused_seen:
+            log.warning(
+                "refused session packets without the cluster secret",
+                extra={"fields": {"count": refused - self._refused_seen, "total": refused}},
+            )
+            self._refused_seen = refused
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """What the metrics endpoint shows (store/node/metrics.py), read between two steps."""
@@ -409,11 +425,29 @@ async def _serve(
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
         except TimeoutError:
+            server.report_refusals()
             if os.getppid() != parent:  # the process that started us is gone: so are we
                 log.info("parent exited; stopping")
                 break
     log.info("stopping", extra={"fields": {"counters": server.counters}})
     await server.close()
+
+
+def tls_identity(config: ClusterConfig, node: ReplicaNode) -> TlsIdentity | None:
+    """``node``'s TLS material, read from where ``[security]`` says (None: no TLS)."""
+    security = config.security
+    if security is None or not security.tls:
+        return None
+    assert security.ca is not None
+    key_path, cert_path = security.identity_files(node)
+    try:
+        key, certificate, ca = (p.read_bytes() for p in (key_path, cert_path, security.ca))
+    except OSError as exc:
+        raise ConfigError(
+            f"[security] tls: cannot read {exc.filename}: {exc.strerror} (make the files with "
+            f"meridian certs --config FILE)"
+        ) from None
+    return TlsIdentity(key, certificate, ca, {peer.address: peer.name for peer in config.peers(node)})
 
 
 def log_name(node: ReplicaNode) -> str:

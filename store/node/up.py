@@ -64,6 +64,7 @@ class ProcessCluster:
         self._restart_at: dict[str, float] = {}  # dead children to start again, and when
         self.restarts: dict[str, int] = {}
         self._env: dict[str, str] = {}
+        self.remote: list[ReplicaNode] = []  # processes of other hosts (not started here)
 
     def log_files(self) -> list[Path]:
         """Every log file this cluster's processes write: per process, its JSON-lines log
@@ -96,7 +97,15 @@ class ProcessCluster:
         assert self.config.path is not None, "a cluster started by 'up' needs a file"
         env = self._env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
         # Leaders first (children[s] is shard s's leader), then followers, then the proxy.
+        # Only the processes whose host is this machine (all of them through on_host, which
+        # runs each on its own host): the others are started on theirs.
+        self.remote = [
+            node for node in self.config.nodes()
+            if self.on_host is None and not is_local(node.rpc[0])
+        ]
         for node in self.config.nodes():
+            if node in self.remote:
+                continue
             command = [
                 self.python, "-m", "store.cli", "serve", "--config", str(self.config.path),
                 "--shard", str(node.shard), "--role", node.role,
@@ -149,13 +158,18 @@ class ProcessCluster:
             try:
                 while True:
                     self._check_children()
-                    statuses = await client.status(replicas=True)
+                    statuses = [
+                        status for node, status in zip(
+                            self.config.nodes(), await client.status(replicas=True), strict=True
+                        )
+                        if node not in self.remote
+                    ]
                     if all(s is not None and s.get("ready", True) for s in statuses):
                         answered = [s for s in statuses if s is not None]
                         self._check_ours(answered)
                         return answered
                     if time.monotonic() > deadline:
-                        nodes = self.config.nodes()
+                        nodes = [n for n in self.config.nodes() if n not in self.remote]
                         missing = [nodes[i].address for i, s in enumerate(statuses) if s is None]
                         raise TimeoutError(f"{missing} did not answer in {timeout_s} s")
                     await asyncio.sleep(0.1)
@@ -285,6 +299,16 @@ def describe(
     return "\n".join(lines)
 
 
+def is_local(host: str) -> bool:
+    """Whether ``host`` is an address (or name) of this machine: it can be bound here."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((host, 0))
+    except OSError:
+        return False
+    return True
+
+
 def ports_in_use(config: ClusterConfig) -> list[str]:
     """Every address this machine would have to bind for the cluster and cannot, because
     something else holds it: each server's RPC port (UDP) and replication port (TCP), the
@@ -343,6 +367,12 @@ def run_up(config: ClusterConfig, restart: bool = True) -> int:
         cluster.start()
         statuses = cluster.wait_ready()
         print(describe(config, statuses, cluster.log_files()), flush=True)
+        if cluster.remote:
+            print(
+                "  on other hosts (start them there with meridian serve): "
+                + ", ".join(f"{node.name} {node.address}" for node in cluster.remote),
+                flush=True,
+            )
         print("ready; Ctrl-C stops the cluster", flush=True)
         while not stop_requested:
             time.sleep(0.2)

@@ -172,3 +172,51 @@ def test_logs_are_per_run_the_startup_names_them_and_status_shows_every_process(
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=30)
+
+
+def test_up_starts_only_this_hosts_processes_and_serve_finds_its_own(tmp_path: Path) -> None:
+    """Issue 13: a cluster file spans hosts. ``meridian up`` starts the processes whose
+    address is this machine's and names the others; ``meridian serve --role ROLE`` finds
+    the one process of that role this machine runs, or says which to choose between."""
+    from store import config as config_module
+
+    path = write_cluster_file(tmp_path, shards=2)
+    # Shard 1's leader on another host: an address no interface of this machine has
+    # (TEST-NET-1, RFC 5737; nothing is ever sent to it).
+    text = path.read_text()
+    remote = config_module.load(path).shards[1].leader_address
+    path.write_text(text.replace(f'leader = "{remote}"', 'leader = "192.0.2.1:7100"'))
+    up = subprocess.Popen(
+        [sys.executable, "-m", "store.cli", "up", "--config", str(path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert up.stdout is not None
+        output = ""
+        while "ready" not in output:
+            line = up.stdout.readline()
+            assert line, output
+            output += line
+        assert len(re.findall(r"pid (\d+)", output)) == 1, output
+        assert "on other hosts" in output and "shard-1 192.0.2.1:7100" in output, output
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=30)
+    # serve --role leader: one leader of this file is on this machine: it is the one served.
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "store.cli", "serve", "--config", str(path), "--role", "leader"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        assert "shard 0 leader" in serve.stdout.readline()
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=30)
+    # Both leaders local: serve must be told which.
+    path.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "store.cli", "serve", "--config", str(path), "--role", "leader"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode != 0 and "2 processes of that role on this machine" in done.stderr

@@ -102,7 +102,9 @@ def parse_serve(arguments: list[str], where: str) -> argparse.Namespace:
 
 def pod_arguments(statefulset: dict[str, Any], ordinal: int) -> list[str]:
     """The container's args in the pod of ``ordinal``: Kubernetes expands $(POD_INDEX)."""
-    arguments = [str(a).replace("$(POD_INDEX)", str(ordinal)) for a in container(statefulset)["args"]]
+    arguments = [
+        str(a).replace("$(POD_INDEX)", str(ordinal)) for a in container(statefulset)["args"]
+    ]
     unexpanded = [a for a in arguments if "$(" in a]
     assert not unexpanded, f"{statefulset_id(statefulset)}: unexpanded {unexpanded}"
     return arguments
@@ -239,7 +241,7 @@ def cluster_processes(data: dict[str, Any]) -> dict[str, Process]:
         processes += [
             (f["address"], ("follower", number, f["region"])) for f in shard.get("followers", [])
         ]
-    processes += [(member["address"], ("cm", -1, member["region"])) for member in data.get("cm", [])]
+    processes += [(m["address"], ("cm", -1, m["region"])) for m in data.get("cm", [])]
     addresses = [address for address, _ in processes]
     assert len(set(addresses)) == len(addresses), f"an address used twice: {addresses}"
     return dict(processes)
@@ -267,8 +269,13 @@ def test_the_manifests_hold_every_object_of_the_deployment() -> None:
     ids=[f"{f}:{d['kind']}/{d['metadata']['name']}" for f, d in DOCUMENTS],
 )
 def test_every_manifest_validates_strictly(document: dict[str, Any], version: str) -> None:
-    # Raises ValidationError on a wrong or unknown field, SchemaNotFoundError on an unknown kind.
-    kubernetes_validate.validate(document, version, strict=True)
+    # An unknown kind raises SchemaNotFoundError (and fails the test) too.
+    problem = None
+    try:
+        kubernetes_validate.validate(document, version, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        problem = f"{'.'.join(str(part) for part in error.path)}: {error.message}"
+    assert problem is None, f"{document['kind']}/{document['metadata']['name']}: {problem}"
 
 
 # --- (b) the pods' command lines ---------------------------------------------------------
@@ -304,7 +311,9 @@ def test_pod_args_are_a_serve_command_of_the_statefulsets_role(statefulset: dict
 def test_pods_start_through_start_sh_from_the_configmap(statefulset: dict[str, Any]) -> None:
     command = container(statefulset)["command"]
     assert command[0] == "/bin/sh"
-    assert mounted_files(statefulset).get(command[1]) == ("configMap", "meridian-cluster", "start.sh")
+    assert mounted_files(statefulset).get(command[1]) == (
+        "configMap", "meridian-cluster", "start.sh"
+    )
     # start.sh keeps its marker on a volume that outlives the pod (a volumeClaimTemplate):
     # a pod made again must rejoin too.
     script = by_name("ConfigMap")["meridian-cluster"]["data"]["start.sh"]
@@ -314,7 +323,9 @@ def test_pods_start_through_start_sh_from_the_configmap(statefulset: dict[str, A
     assert "MERIDIAN_STATE_DIR" not in {e["name"] for e in container(statefulset).get("env", [])}
 
 
-def _run_start_sh(script: Path, bin_dir: Path, state: Path, arguments: list[str]):  # type: ignore[no-untyped-def]
+def _run_start_sh(
+    script: Path, bin_dir: Path, state: Path, arguments: list[str]
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["/bin/sh", str(script), *arguments],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "MERIDIAN_STATE_DIR": str(state),
@@ -373,11 +384,14 @@ def test_cluster_file_names_exactly_the_processes_the_statefulsets_run() -> None
 
 
 @pytest.mark.parametrize("statefulset", STATEFULSETS, ids=statefulset_id)
-def test_each_statefulset_has_a_headless_service_naming_its_pods(statefulset: dict[str, Any]) -> None:
+def test_each_statefulset_has_a_headless_service_naming_its_pods(
+    statefulset: dict[str, Any],
+) -> None:
     services = by_name("Service")
     service = services.get(statefulset["spec"]["serviceName"])
     assert service is not None, f"no Service {statefulset['spec']['serviceName']}"
-    assert service["spec"].get("clusterIP") == "None", "a StatefulSet's pods get DNS names from a headless Service"
+    # A StatefulSet's pods get DNS names from a headless Service.
+    assert service["spec"].get("clusterIP") == "None"
     # A server resolves its own name to bind it before it is ready.
     assert service["spec"].get("publishNotReadyAddresses") is True
     selector = {"matchLabels": service["spec"]["selector"]}
@@ -417,7 +431,7 @@ def test_cluster_file_is_for_real_regions_on_writable_volumes() -> None:
     data = kubernetes_cluster()
     assert "wan" not in data, "real regions have real delay: no [wan] emulation"
     run_dir = data["cluster"]["run_dir"]
-    assert run_dir.startswith("/"), "an absolute run_dir: a relative one is the ConfigMap's directory"
+    assert run_dir.startswith("/"), "a relative run_dir is in the (read-only) ConfigMap's directory"
     assert data["cluster"]["metrics_port_offset"] == 2000
     assert data["cluster"].get("python_path", []) == []
     for statefulset in STATEFULSETS:
@@ -471,6 +485,34 @@ def test_each_pod_mounts_its_own_certificate_and_key(statefulset: dict[str, Any]
             assert f"{name}.pem" in object_keys("secret", secret), f"{secret} is not {name}'s"
 
 
+def test_meridian_certs_makes_the_files_the_secrets_hold(tmp_path: Path) -> None:
+    """`meridian certs` on the ConfigMap's cluster file (its [security] paths moved to a
+    temporary directory) writes every file the Secrets hold, under the same names, and the
+    CA's key, which no Secret holds; each pod finds its process's files where the server
+    looks for them."""
+    from store.config import from_dict
+    from store.node.certs import write_cluster_certs
+
+    data = kubernetes_cluster()
+    cert_dir = data["security"]["cert_dir"].rstrip("/")
+    moved = {key: value.replace(cert_dir, str(tmp_path)) if isinstance(value, str) else value
+             for key, value in data["security"].items()}
+    written = write_cluster_certs(from_dict({**data, "security": moved}), days=1)
+    made = {path.name for path in written}
+    held = {key for secret in of_kind("Secret") for key in secret["data"]}
+    assert made - held == {"ca.key"}, "only the CA's key stays out of the cluster"
+    assert held <= made
+    config = from_dict(data)
+    assert config.security is not None
+    for statefulset in STATEFULSETS:
+        files = mounted_files(statefulset)
+        for ordinal in range(statefulset["spec"]["replicas"]):
+            role, shard, region = pod_process(statefulset, ordinal)
+            node = config.node(role, shard, region)
+            for path in config.security.identity_files(node):
+                assert str(path) in files, f"{statefulset_id(statefulset)}-{ordinal}: {path}"
+
+
 def test_process_names_are_meridians() -> None:
     """The test's process names (certificate files) are the servers' own (their logs)."""
     from store.config import ReplicaNode
@@ -479,7 +521,8 @@ def test_process_names_are_meridians() -> None:
     for address, process in cluster_processes(kubernetes_cluster()).items():
         host, port = address.split(":")
         role, shard, region = process
-        assert log_name(ReplicaNode(role, shard, region, (host, int(port)))) == process_name(process)
+        node = ReplicaNode(role, shard, region, (host, int(port)))
+        assert log_name(node) == process_name(process)
 
 
 def test_disruption_budgets_take_a_minority_of_a_shard_and_no_cm_member() -> None:
@@ -492,7 +535,8 @@ def test_disruption_budgets_take_a_minority_of_a_shard_and_no_cm_member() -> Non
     ]
     covered = set()
     for budget in budgets:
-        chosen = {process for labels, process in pods if selects(budget["spec"]["selector"], labels)}
+        selector = budget["spec"]["selector"]
+        chosen = {process for labels, process in pods if selects(selector, labels)}
         allowed = budget["spec"]["maxUnavailable"]
         if {role for role, _, _ in chosen} == {"cm"}:
             assert allowed == 0, "an evicted CM member cannot come back (rejoining is not built)"
@@ -545,7 +589,8 @@ def unit_values(path: Path, section: str, key: str) -> list[str]:
 
 
 def environment_file(text: str) -> dict[str, str]:
-    pairs = [line.split("=", 1) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    pairs = [line.split("=", 1) for line in lines]
     return {key.strip(): value.strip() for key, value in pairs}
 
 
@@ -637,9 +682,11 @@ def test_unit_execstart_is_a_serve_command_of_its_role(role: str) -> None:
     else:
         assert serve.shard == int(INSTANCES[role])
         if role == "follower":
-            assert serve.region == environment_file((SYSTEMD / "meridian.env").read_text())["MERIDIAN_REGION"]
+            machine = environment_file((SYSTEMD / "meridian.env").read_text())
+            assert serve.region == machine["MERIDIAN_REGION"]
         data = tomllib.loads((SYSTEMD / "cluster.toml").read_text())
-        region = serve.region or data["shards"][serve.shard].get("region", data["regions"][0]["name"])
+        first_region = data["regions"][0]["name"]
+        region = serve.region or data["shards"][serve.shard].get("region", first_region)
         process = (role, serve.shard, region)
     processes = cluster_processes(tomllib.loads((SYSTEMD / "cluster.toml").read_text()))
     assert process in processes.values(), f"deploy/systemd/cluster.toml has no {process}"
@@ -782,6 +829,6 @@ def test_containerfile_copies_what_the_package_build_needs() -> None:
     assert "store" in needed
     missing = [path for path in needed if not is_copied(path)]
     assert not missing, f"the image's build does not get {missing}"
-    runs = [rest for _, _, instructions in stages() for keyword, rest in instructions if keyword == "RUN"]
+    runs = [rest for _, _, steps in stages() for keyword, rest in steps if keyword == "RUN"]
     assert any(re.search(r"pip install\b.* \.(\s|$)", run) for run in runs), "pip install ."
     assert any("build-essential" in run for run in runs), "gcc for native/"

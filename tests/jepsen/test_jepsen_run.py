@@ -108,6 +108,13 @@ def test_a_minute_of_kills_and_partitions_checks_valid_and_leaves_nothing_behind
                  "cluster.toml", "logs/shard-0.out", "logs/cm-us.log"):
         assert (directory / name).is_file(), name
 
+    # Issue 13: the regions' links are mutual TLS and every session needs the secret.
+    from store import config as config_module
+
+    security = config_module.load(directory / "cluster.toml").security
+    assert security is not None and security.tls and security.secret() is not None
+    assert (directory / "certs" / "shard-0-eu.pem").is_file()
+
     # results.edn, by a standard EDN reader.
     results = _plain(edn_format.loads((directory / "results.edn").read_text()))
     assert results["valid?"] is True
