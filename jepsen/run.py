@@ -173,9 +173,8 @@ def run_test(options: Options, log: Callable[[str], None] = print) -> dict[str, 
         # From here on this process's sockets are the client host's.
         hosts.enter_client()
         from store import config as config_module
-        from store.node.up import ProcessCluster
-
         from store.node.certs import write_cluster_certs
+        from store.node.up import ProcessCluster
 
         config = config_module.load(cluster_file(directory, hosts, options))
         write_cluster_certs(config, days=2)

@@ -162,6 +162,12 @@ def reference() -> str:
         structure["cm"],
     )
     lines += _structure_table(
+        "[security]",
+        "Mutual TLS between regions and the cluster secret of RPC sessions "
+        "(docs/security.md). `meridian certs --config FILE` makes the files it names.",
+        structure["security"],
+    )
+    lines += _structure_table(
         "[wan]",
         "Wide-area emulation on one machine: every replication connection between regions "
         "goes through one `meridian wan-proxy`.",

@@ -178,8 +178,13 @@ class ServerCollector(Collector):
             rpc["requests_handled"],
         )
         yield counter(
-            "meridian_rpc_sessions_refused", "sessions refused (no credits, or no cluster secret)",
+            "meridian_rpc_sessions_refused", "sessions refused for want of credits or room",
             rpc["sessions_refused"],
+        )
+        yield counter(
+            "meridian_rpc_unauthenticated",
+            "session packets without a valid cluster-secret MAC (connects refused, others dropped)",
+            rpc["sm_unauthenticated"],
         )
 
 

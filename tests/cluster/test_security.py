@@ -100,7 +100,7 @@ def test_certs_tls_replication_and_the_secret(tmp_path: Path) -> None:
             (stranger / "cluster.toml").write_text(text)
             other = config_module.load(stranger / "cluster.toml")
 
-            async def refused() -> None:
+            async def refused(other: config_module.ClusterConfig = other) -> None:
                 async with await Client.connect(other, connect_timeout_s=1.0) as client:
                     with pytest.raises(Unavailable, match="cluster secret"):
                         await client.put("s/intruder", 1)
