@@ -58,7 +58,7 @@ from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
 from store.protocol.messages import SnapshotRead
-from store.rpc import Nexus, RpcError, RpcSettings, Session, SessionClosed
+from store.rpc import Nexus, PeerUnavailable, RpcError, RpcSettings, Session, SessionClosed
 from store.rpc.aio import Rpc, new_event_loop
 from store.rpc.udp import source_address_toward
 
@@ -382,7 +382,11 @@ class Client:
             session = self._sessions.get(effect.address)
             if session is None or session.error is not None:
                 self._sessions.pop(effect.address, None)
-                session = await self._rpc.connect(_endpoint(effect.address), timeout=effect.timeout_s)
+                try:
+                    endpoint = _endpoint(effect.address)
+                    session = await self._rpc.connect(endpoint, timeout=effect.timeout_s)
+                except OSError as exc:  # a name that does not resolve, say
+                    raise PeerUnavailable(f"cannot reach {effect.address}: {exc}") from None
                 self._sessions[effect.address] = session
             return None
         if isinstance(effect, ForgetSession):

@@ -99,6 +99,7 @@ class ReplicaHost:
         self._request_bytes_max = request_bytes_max
         self._on_fatal = on_fatal
         self._peer_sessions: dict[str, Session] = {}
+        self._unreachable: set[str] = set()  # peers whose session could not be made (logged)
         self._client_waiters: dict[tuple[str, int], list[tuple[ReqHandle, bool]]] = {}
         self._peer_replies: dict[str, ReqHandle] = {}
         self._next_token = 0
@@ -338,13 +339,20 @@ class ReplicaHost:
         if session is None or session.error is not None:
             try:
                 session = self.rpc.create_session(self._peer_address(address))
-            except RpcError as exc:
+            except (RpcError, OSError) as exc:
                 # The session table is full (clients and peers that went away and have not
-                # timed out yet): this message is lost like any other, and every peer
-                # request is retransmitted by its own timer.
+                # timed out yet), or the peer's name does not resolve (yet: on Kubernetes a
+                # pod's DNS record appears after the pod): this message is lost like any
+                # other, and every peer request is retransmitted by its own timer. Said once
+                # per peer until a session to it is made.
                 self.counters["peer_send_failures"] += 1
-                log.warning("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})
+                if address not in self._unreachable:
+                    self._unreachable.add(address)
+                    log.warning(
+                        "peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}}
+                    )
                 return
+            self._unreachable.discard(address)
             self._peer_sessions[address] = session
 
         def on_reply(payload: bytes | None, error: RpcError | None) -> None:

@@ -20,6 +20,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -311,9 +312,10 @@ def test_pod_args_are_a_serve_command_of_the_statefulsets_role(statefulset: dict
 def test_pods_start_through_start_sh_from_the_configmap(statefulset: dict[str, Any]) -> None:
     command = container(statefulset)["command"]
     assert command[0] == "/bin/sh"
-    assert mounted_files(statefulset).get(command[1]) == (
-        "configMap", "meridian-cluster", "start.sh"
-    )
+    files = mounted_files(statefulset)
+    assert files.get(command[1]) == ("configMap", "meridian-cluster", "start.sh")
+    beside = f"{Path(command[1]).parent}/preflight.py"  # start.sh runs it from its own folder
+    assert files.get(beside) == ("configMap", "meridian-cluster", "preflight.py")
     # start.sh keeps its marker on a volume that outlives the pod (a volumeClaimTemplate):
     # a pod made again must rejoin too.
     script = by_name("ConfigMap")["meridian-cluster"]["data"]["start.sh"]
@@ -323,46 +325,125 @@ def test_pods_start_through_start_sh_from_the_configmap(statefulset: dict[str, A
     assert "MERIDIAN_STATE_DIR" not in {e["name"] for e in container(statefulset).get("env", [])}
 
 
-def _run_start_sh(
-    script: Path, bin_dir: Path, state: Path, arguments: list[str]
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["/bin/sh", str(script), *arguments],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "MERIDIAN_STATE_DIR": str(state),
-             "ARGS_OUT": str(state / "args")},
-        capture_output=True, text=True, timeout=30, check=False,
+@pytest.fixture(scope="module")
+def pod_etc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pod's /etc/meridian in a temporary directory: the ConfigMap's start.sh and
+    preflight.py, its cluster file with each host name replaced by an address of its own on
+    127.0.0.0/8 (the pods' names do not resolve here) and [security] pointing at real
+    certificates that `meridian certs` made."""
+    from store.config import load
+    from store.node.certs import write_cluster_certs
+
+    etc = tmp_path_factory.mktemp("etc-meridian")
+    data = kubernetes_cluster()
+    text = kubernetes_cluster_text()
+    hosts = sorted({address.rsplit(":", 1)[0] for address in cluster_processes(data)})
+    for number, host in enumerate(hosts):
+        text = text.replace(f'"{host}:', f'"127.0.0.{number + 2}:')
+    cert_dir = data["security"]["cert_dir"].rstrip("/")
+    (etc / "cluster.toml").write_text(text.replace(f'"{cert_dir}', f'"{etc / "certs"}'))
+    write_cluster_certs(load(etc / "cluster.toml"), days=1)
+    configmap = by_name("ConfigMap")["meridian-cluster"]["data"]
+    for key in ("start.sh", "preflight.py"):
+        (etc / key).write_text(configmap[key])
+    return etc
+
+
+def run_start_sh(
+    etc: Path, tmp_path: Path, arguments: list[str], config: Path | None = None,
+    **environment: str,
+) -> tuple[subprocess.CompletedProcess[str], list[str] | None]:
+    """Runs start.sh as the pod does, its state directory in ``tmp_path``, with a stand-in
+    ``meridian`` that records its arguments; returns the result and those arguments (None:
+    meridian was not started). ``--config`` is replaced by ``config`` (default: the sandbox's)."""
+    bin_dir = tmp_path / "bin"
+    if not bin_dir.exists():
+        bin_dir.mkdir()
+        (bin_dir / "meridian").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
+        (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        for tool in bin_dir.iterdir():
+            tool.chmod(0o755)
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    record = tmp_path / "args"
+    record.unlink(missing_ok=True)
+    config = config or etc / "cluster.toml"
+    arguments = [str(config) if a == "/etc/meridian/cluster.toml" else a for a in arguments]
+    result = subprocess.run(
+        ["/bin/sh", str(etc / "start.sh"), *arguments],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(REPO),
+             "MERIDIAN_STATE_DIR": str(state), "ARGS_OUT": str(record), **environment},
+        capture_output=True, text=True, timeout=60, check=False,
     )
+    recorded = record.read_text().splitlines() if record.exists() else None
+    if recorded is not None:
+        recorded = ["/etc/meridian/cluster.toml" if a == str(config) else a for a in recorded]
+    return result, recorded
 
 
 @pytest.mark.parametrize("statefulset", STATEFULSETS, ids=statefulset_id)
 def test_start_sh_rejoins_after_the_first_start_and_never_restarts_a_cm(
-    statefulset: dict[str, Any], tmp_path: Path
+    statefulset: dict[str, Any], pod_etc: Path, tmp_path: Path
 ) -> None:
     _, role = name_parts(statefulset)
-    script = tmp_path / "start.sh"
-    script.write_text(by_name("ConfigMap")["meridian-cluster"]["data"]["start.sh"])
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    stand_in = bin_dir / "meridian"  # records the arguments it was run with
-    stand_in.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
-    stand_in.chmod(0o755)
-    state = tmp_path / "state"
-    state.mkdir()
-    arguments = pod_arguments(statefulset, 0)
-    first = _run_start_sh(script, bin_dir, state, arguments)
+    arguments = pod_arguments(statefulset, statefulset["spec"]["replicas"] - 1)
+    first, recorded = run_start_sh(pod_etc, tmp_path, arguments)
     assert first.returncode == 0, first.stderr
-    assert (state / "args").read_text().splitlines() == arguments
-    (state / "args").unlink()
-    second = _run_start_sh(script, bin_dir, state, arguments)
+    assert recorded == arguments
+    second, recorded = run_start_sh(pod_etc, tmp_path, arguments)
     if role == "cm":
         assert second.returncode != 0
-        assert not (state / "args").exists(), "a CM member was started a second time"
+        assert recorded is None, "a CM member was started a second time"
         assert "not built" in second.stderr
     else:
         assert second.returncode == 0, second.stderr
-        again = (state / "args").read_text().splitlines()
-        assert again == [*arguments, "--rejoin"]
-        assert parse_serve(again, "start.sh's restart").rejoin
+        assert recorded == [*arguments, "--rejoin"]
+        assert parse_serve(recorded, "start.sh's restart").rejoin
+
+
+def test_preflight_stops_a_start_on_the_placeholder_secrets(pod_etc: Path, tmp_path: Path) -> None:
+    """With the repository's placeholder Secrets, a pod neither starts nor leaves its marker:
+    the start after the real Secrets are in is the first one."""
+    placeholders = tmp_path / "certs"
+    placeholders.mkdir()
+    for secret in of_kind("Secret"):
+        for key, value in secret["data"].items():
+            (placeholders / key).write_bytes(base64.b64decode(value))
+    config = tmp_path / "cluster.toml"
+    text = (pod_etc / "cluster.toml").read_text()
+    config.write_text(text.replace(f'"{pod_etc / "certs"}', f'"{placeholders}'))
+    (leaders,) = [s for s in STATEFULSETS if name_parts(s)[1] == "leader"]
+    arguments = pod_arguments(leaders, 0)
+    # The real files, one after the other: each placeholder left stops the start.
+    for real in ("cluster.secret", "shard-0.key", "shard-0.pem", "ca.pem"):  # preflight order
+        result, recorded = run_start_sh(pod_etc, tmp_path, arguments, config)
+        assert recorded is None, f"started with a placeholder {real}"
+        why = "not hex" if real == "cluster.secret" else f"{placeholders / real} is not a PEM"
+        assert why in result.stderr, result.stderr
+        assert not (tmp_path / "state" / "meridian.started").exists()
+        (placeholders / real).write_bytes((pod_etc / "certs" / real).read_bytes())
+    result, recorded = run_start_sh(pod_etc, tmp_path, arguments, config)
+    assert result.returncode == 0, result.stderr
+    assert recorded == arguments, "the first start that passes is a first start (no --rejoin)"
+
+
+def test_preflight_waits_for_the_names_to_resolve(pod_etc: Path, tmp_path: Path) -> None:
+    """The pods' real names do not resolve on this machine: the start waits for them (here
+    not at all), then stops without a marker."""
+    config = tmp_path / "cluster.toml"
+    text = (pod_etc / "cluster.toml").read_text()
+    hosts = sorted({a.rsplit(":", 1)[0] for a in cluster_processes(kubernetes_cluster())})
+    for number, host in enumerate(hosts):
+        text = text.replace(f'"127.0.0.{number + 2}:', f'"{host}:')
+    config.write_text(text)
+    (followers, *_) = [s for s in STATEFULSETS if name_parts(s)[1] == "follower"]
+    result, recorded = run_start_sh(
+        pod_etc, tmp_path, pod_arguments(followers, 1), config, MERIDIAN_NAMES_WAIT_S="0"
+    )
+    assert result.returncode != 0
+    assert recorded is None
+    assert "do not resolve" in result.stderr, result.stderr
+    assert not (tmp_path / "state" / "meridian.started").exists()
 
 
 # --- (e) the cluster file and the pods ---------------------------------------------------
@@ -514,15 +595,13 @@ def test_meridian_certs_makes_the_files_the_secrets_hold(tmp_path: Path) -> None
 
 
 def test_process_names_are_meridians() -> None:
-    """The test's process names (certificate files) are the servers' own (their logs)."""
+    """The test's process names (of the certificate files) are Meridian's own."""
     from store.config import ReplicaNode
-    from store.node.server import log_name
 
     for address, process in cluster_processes(kubernetes_cluster()).items():
         host, port = address.split(":")
         role, shard, region = process
-        node = ReplicaNode(role, shard, region, (host, int(port)))
-        assert log_name(node) == process_name(process)
+        assert ReplicaNode(role, shard, region, (host, int(port))).name == process_name(process)
 
 
 def test_disruption_budgets_take_a_minority_of_a_shard_and_no_cm_member() -> None:
@@ -549,7 +628,6 @@ def test_disruption_budgets_take_a_minority_of_a_shard_and_no_cm_member() -> Non
     assert covered == {process for _, process in pods}
 
 
-@pytest.mark.xfail(strict=False, reason="[security] and metrics_port_offset are being added")
 @pytest.mark.parametrize("which", sorted(CLUSTER_FILES))
 def test_meridian_loads_the_cluster_file(which: str) -> None:
     from store.config import from_dict
