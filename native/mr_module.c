@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "mr_core.h"
+#include "mr_crc32c.h"
 #include "mr_hmac.h"
 
 #define MR_UDP_BATCH 64u
@@ -543,7 +544,20 @@ static PyObject *mod_hmac_sha256(PyObject *Py_UNUSED(m), PyObject *args) {
     return PyBytes_FromStringAndSize((const char *)out, MR_HMAC_BYTES);
 }
 
+static PyObject *mod_crc32c(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer data;
+    unsigned int crc = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &data, &crc)) return NULL;
+    uint32_t out;
+    Py_BEGIN_ALLOW_THREADS
+    out = mr_crc32c((uint32_t)crc, data.buf, (size_t)data.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(out);
+}
+
 static PyMethodDef module_methods[] = {
+    {"crc32c", (PyCFunction)mod_crc32c, METH_VARARGS, NULL},
     {"hmac_sha256", (PyCFunction)mod_hmac_sha256, METH_VARARGS, NULL},
     {"decode_header", (PyCFunction)mod_decode_header, METH_O, NULL},
     {"encode_header", (PyCFunction)(void (*)(void))mod_encode_header, METH_VARARGS | METH_KEYWORDS,
