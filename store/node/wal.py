@@ -67,7 +67,7 @@ def _record_at(data: bytes, offset: int) -> int | None:
     magic, length, crc = HEADER.unpack_from(data, offset)
     if magic != MAGIC or length > RECORD_BYTES_MAX:
         return None
-    end = offset + HEADER.size + length
+    end: int = offset + HEADER.size + length
     if end > len(data):
         return None
     payload = data[offset + HEADER.size : end]

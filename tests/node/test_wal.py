@@ -24,7 +24,7 @@ def test_crc32c_is_castagnolis() -> None:
 
 
 def _write(directory: Path, payloads: list[bytes], **kwargs: int) -> Wal:
-    wal, records, first = Wal.open(directory, **kwargs)  # type: ignore[arg-type]
+    wal, _, _ = Wal.open(directory, **kwargs)  # type: ignore[arg-type]
     for payload in payloads:
         wal.append(payload)
     wal.sync()
