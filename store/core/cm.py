@@ -109,6 +109,7 @@ class ConfigMember:
         self._stream_wake_at: int | None = None
         self._check_at = now_ns
         self.failovers = 0
+        self._persist: list[object] = []  # the acceptor's records (Ready.persist)
         self.stream: StreamLeader | StreamFollower
         if self.rank == 0:
             self.stream = self._new_leader(now_ns, Acceptor(CM_STREAM, stream_settings), 0, {})
@@ -161,7 +162,9 @@ class ConfigMember:
         else:
             check_at = None
         candidates = [w for w in (self._stream_wake_at, check_at) if w is not None]
-        return Ready(messages, min(candidates) if candidates else None)
+        persist, self._persist = self._persist, []
+        persist += self.stream.acceptor.take_persist()
+        return Ready(messages, min(candidates) if candidates else None, None, persist)
 
     def leading(self) -> bool:
         return isinstance(self.stream, StreamLeader) and self.stream.phase is Phase.LEADING
@@ -192,6 +195,7 @@ class ConfigMember:
     def _pump(self, now_ns: int) -> None:
         stream = self.stream
         ready = stream.ready()
+        self._persist.extend(ready.persist)
         self._outbox.extend(ready.messages)
         self._stream_wake_at = ready.wake_at
         changed = False

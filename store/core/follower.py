@@ -139,6 +139,7 @@ class ShardFollower:
         self._transfer_id = 0
         self._transfer = StateDecoder()
         self._transfer_deadline: int | None = None
+        self._persist: list[object] = []  # the acceptor's records (Ready.persist)
         self._votes_from: int | None = None  # see _check_voting
         self._kept_acceptor = acceptor is not None
         self.transfers_started = 0
@@ -206,12 +207,15 @@ class ShardFollower:
         if self.cm_members and (wake_at is None or self._heartbeat_at < wake_at):
             wake_at = self._heartbeat_at
         successor, self._successor = self._successor, None
-        return Ready(messages, wake_at, successor)
+        persist, self._persist = self._persist, []
+        persist += self.stream.acceptor.take_persist()  # what direct calls left there
+        return Ready(messages, wake_at, successor, persist)
 
     # ---- replay --------------------------------------------------------------------------
 
     def _pump(self) -> None:
         ready = self.stream.ready()
+        self._persist.extend(ready.persist)
         self._outbox.extend(ready.messages)
         self._wake_at = ready.wake_at
         if ready.chosen:
@@ -399,7 +403,7 @@ class ShardFollower:
         acceptor = self.stream.acceptor
         if self._kept_acceptor and isinstance(message, Prepare | PaxosAccept):
             acceptor.handle(now_ns, src, message)
-            self._outbox.extend(acceptor.ready().messages)
+            self._outbox.extend(acceptor.ready(keep_persist=True).messages)
         else:
             self.dropped_messages += 1
 

@@ -9,10 +9,14 @@ from store.protocol.messages import Message
 
 @dataclass(slots=True)
 class Ready:
-    """What the replica wants done: send ``messages`` (in order), wake it at ``wake_at``, and
+    """What the replica wants done: make ``persist`` durable, then send ``messages`` (in
+    order), wake it at ``wake_at``, and
     if ``successor`` is set, host that replica from now on instead (a follower promoted to
     leader; its messages are in this Ready, the successor's come from its own)."""
 
     messages: list[tuple[str, Message]] = field(default_factory=list)
     wake_at: int | None = None
     successor: object | None = None
+    # Records of the replica's Paxos acceptor (``StreamReady.persist``): written and synced
+    # to stable storage BEFORE any of ``messages`` is sent. A host without a disk drops them.
+    persist: list[object] = field(default_factory=list)

@@ -193,6 +193,7 @@ class ShardLeader:
         self._now_ns = now_ns
         self.stream: StreamLeader | None = None
         self._stream_wake_at: int | None = None
+        self._persist: list[object] = []  # the acceptor's records (Ready.persist)
         self._streamed_moves = -1  # vw.moves when the stream was last told the vector watermark
         self._durable_mark = 0
         if followers and takeover is None:
@@ -339,7 +340,10 @@ class ShardLeader:
             if deadline is not None and deadline < wake_at:
                 wake_at = deadline
         successor, self._successor = self._successor, None
-        return Ready(messages, wake_at, successor)
+        persist, self._persist = self._persist, []
+        if self.stream is not None:
+            persist += self.stream.acceptor.take_persist()
+        return Ready(messages, wake_at, successor, persist)
 
     # ---- leases (docs/recovery.md "Stale reads") -------------------------------------------
 
@@ -433,6 +437,7 @@ class ShardLeader:
             self._streamed_moves = self.vw.moves
             stream.advance_vector_watermark(VectorClock(self.vw.entries))
         ready = stream.ready()
+        self._persist.extend(ready.persist)
         self._outbox.extend(ready.messages)
         for _, entry in ready.chosen:
             if not self.epochs.add(entry):

@@ -423,3 +423,54 @@ def test_follower_routes_accept_to_acceptor_and_learner() -> None:
     ready = follower.ready()
     assert ready.messages == [("us", Accepted(S, B1, 0))]
     assert ready.chosen == [(0, batch(1))]
+
+
+# ---- durability (issue 14): what the acceptor hands out to be persisted --------------------
+
+
+def test_an_acceptor_hands_out_every_change_of_its_state_to_persist() -> None:
+    acceptor = Acceptor(S)
+    entry = Entry(EntryKind.BATCH, [["x"]], [1], VectorClock({0: 1}), 1)
+    acceptor.handle(0, "us", Prepare(S, B1, 0))
+    acceptor.handle(0, "us", Prepare(S, B1, 0))  # the same promise again: nothing new
+    acceptor.handle(0, "us", Accept(S, B1, 0, entry, 0))
+    acceptor.handle(0, "us", Accept(S, B1, 0, entry, 0))  # a duplicate: nothing new
+    acceptor.handle(0, "us", Accept(S, B1, 1, NOOP, 0))
+    ready = acceptor.ready()
+    assert ready.persist == [Prepare(S, B1, 0), Accept(S, B1, 0, entry, 0), Accept(S, B1, 1, NOOP, 0)]
+    assert [type(m).__name__ for _, m in ready.messages] == ["Promise", "Promise", "Accepted", "Accepted", "Accepted"]
+    acceptor.handle(0, "us", Prepare(S, Ballot(0, "zz"), 0))  # refused: nothing to persist
+    assert acceptor.ready().persist == []
+
+
+def test_an_acceptor_recovered_from_its_records_promises_and_answers_as_before() -> None:
+    acceptor = Acceptor(S)
+    records = []
+    entry = Entry(EntryKind.BATCH, [["x"]], [1], VectorClock({0: 1}), 1)
+    for message in (Prepare(S, B1, 0), Accept(S, B1, 0, entry, 0), Accept(S, B1, 1, NOOP, 0),
+                    Prepare(S, B2, 0), Accept(S, B2, 1, INF, 0)):
+        acceptor.handle(0, "x", message)
+        records += acceptor.ready().persist
+    recovered = Acceptor.recover(S, records)
+    assert recovered.promised == acceptor.promised == B2
+    assert recovered.voting  # it remembers every promise: it may vote at once
+    for later in (Prepare(S, Ballot(3, "ap"), 0), Prepare(S, Ballot(1, "us"), 0)):
+        assert recovered.prepare(later) == acceptor.prepare(later)
+    assert recovered.accepted(1) == (B2, INF) and recovered.accepted(0) == (B1, entry)
+
+
+def test_a_leader_hands_out_its_own_acceptors_records_with_its_accepts() -> None:
+    """The leader votes through its region's acceptor directly: its promise must be
+    durable before its Prepares leave, its vote before the Accepts that count on it
+    (StreamReady.persist)."""
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
+    first = leader.ready()
+    assert first.persist == [Prepare(S, B1, 0)]
+    assert any(isinstance(m, Prepare) for _, m in first.messages)
+    promise_all(leader)
+    leader.append(0, ["a"], 1, VectorClock())
+    ready = leader.ready()
+    accepts_sent = [m for _, m in ready.messages if isinstance(m, Accept)]
+    assert accepts_sent
+    assert [r.slot for r in ready.persist] == [accepts_sent[0].slot]
+    assert ready.persist[0].entry == accepts_sent[0].entry

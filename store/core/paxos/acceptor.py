@@ -10,8 +10,13 @@ Rules, for one stream:
 * A Prepare from ``from_slot`` is answered with every ``(slot, ballot, entry)`` accepted at
   or after ``from_slot``, in slot order, cut into pieces of ``promise_entries_max``.
 
-It persists nothing: promises and accepted entries live in memory. A restarted process has
-forgotten what it promised and accepted, so it comes back **restarted** (docs/recovery.md
+Durability. Every change of its state is a record in ``ready().persist``: a ``Prepare`` for
+a promise, an ``Accept`` for an accepted value (and for a learned one, below). A replica
+with a disk writes and syncs them before it sends the messages of the same ``ready()``, and
+a restarted process rebuilds the acceptor from them (``Acceptor.recover``): it remembers
+every promise and vote, and may vote at once. Without a disk, promises and accepted entries
+live in memory only: a restarted process has forgotten what it promised and accepted, so
+it comes back **restarted** (docs/recovery.md
 "Rejoining"), with a state copied from a live replica, the round ``R`` of the epoch it
 rejoined in (a leader of epoch ``e`` proposes in round ``e + 1``, so no ballot of a higher
 round existed before it crashed) and the address of its shard's current leader:
@@ -72,6 +77,7 @@ class Acceptor:
         # slot -> (ballot, entry), the highest-ballot value accepted for the slot.
         self._accepted: SortedDict = SortedDict()
         self._outbox: list[tuple[str, PaxosMessage]] = []
+        self._persist: list[PaxosMessage] = []  # state changes to make durable (module doc)
         self.forgotten_before = 0
 
     # ---- entry points ------------------------------------------------------------------
@@ -90,9 +96,38 @@ class Acceptor:
     def tick(self, now_ns: int) -> None:
         """Acceptors keep no timers; here for the uniform role interface."""
 
-    def ready(self) -> StreamReady:
+    def ready(self, keep_persist: bool = False) -> StreamReady:
+        """``keep_persist``: leave the records for ``take_persist`` (a caller that hands
+        them on later, with the rest of its own ready())."""
         messages, self._outbox = self._outbox, []
-        return StreamReady(messages)
+        return StreamReady(messages, persist=[] if keep_persist else self.take_persist())
+
+    def take_persist(self) -> list[PaxosMessage]:
+        """The state changes since the last call, to be made durable before any message
+        produced with them is sent (a leader calls its own acceptor directly)."""
+        records, self._persist = self._persist, []
+        return records
+
+    @classmethod
+    def recover(
+        cls, stream: int, records: list[PaxosMessage],
+        settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
+    ) -> Acceptor:
+        """The acceptor whose durable records (``take_persist``, in order) are ``records``:
+        its highest promise, and for each slot the value accepted at the highest ballot."""
+        acceptor = cls(stream, settings)
+        for record in records:
+            assert record.stream == stream, "a record of another stream"
+            if isinstance(record, Prepare):
+                acceptor.promised = max(acceptor.promised, record.ballot)
+            elif isinstance(record, Accept):
+                acceptor.promised = max(acceptor.promised, record.ballot)
+                held = acceptor._accepted.get(record.slot)
+                if held is None or held[0] <= record.ballot:
+                    acceptor._accepted[record.slot] = (record.ballot, record.entry)
+            else:
+                raise AssertionError(f"not an acceptor record: {record!r}")
+        return acceptor
 
     def _silent(self, message: Prepare | Accept) -> bool:
         if isinstance(message, Prepare) and not self.voting:
@@ -107,6 +142,8 @@ class Acceptor:
         assert not self._silent(message), "a restarted acceptor must stay silent"
         if message.ballot < self.promised:
             return Reject(self.stream, message.ballot, self.promised)
+        if message.ballot > self.promised:
+            self._persist.append(Prepare(self.stream, message.ballot, 0))
         self.promised = message.ballot
         accepted: list[tuple[int, Ballot, Entry]] = []
         limit = self.settings.promise_entries_max
@@ -125,7 +162,10 @@ class Acceptor:
             return Reject(self.stream, message.ballot, self.promised)
         self.promised = message.ballot
         if message.slot >= self.forgotten_before:
-            self._accepted[message.slot] = (message.ballot, message.entry)
+            held = self._accepted.get(message.slot)
+            if held != (message.ballot, message.entry):  # a duplicate changes nothing
+                self._accepted[message.slot] = (message.ballot, message.entry)
+                self._persist.append(message)
         return Accepted(self.stream, message.ballot, message.slot)
 
     def accepted(self, slot: int) -> tuple[Ballot, Entry] | None:
@@ -142,6 +182,7 @@ class Acceptor:
         held = self._accepted.get(slot)
         if held is None or held[0] < self._learned_ballot:
             self._accepted[slot] = (self._learned_ballot, entry)
+            self._persist.append(Accept(self.stream, self._learned_ballot, slot, entry, 0))
 
     def accepted_count(self) -> int:
         return len(self._accepted)

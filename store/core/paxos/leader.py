@@ -262,7 +262,7 @@ class StreamLeader:
         elif isinstance(message, (Prepare, Accept)):
             # Another leader addresses this region's acceptor.
             self.acceptor.handle(now_ns, src, message)
-            self._outbox.extend(self.acceptor.ready().messages)
+            self._outbox.extend(self.acceptor.ready(keep_persist=True).messages)
             if self.acceptor.promised > self.ballot:
                 self._depose(self.acceptor.promised)
         # Commit and Chosen are for learners; a leader knows more than they say.
@@ -298,7 +298,9 @@ class StreamLeader:
     def ready(self) -> StreamReady:
         messages, self._outbox = self._outbox, []
         chosen, self._chosen_out = self._chosen_out, []
-        return StreamReady(messages, chosen, self._next_wake())
+        # This region's acceptor is called directly: its records go out with ours, synced
+        # before the Accepts (and Promises) that count on them are sent.
+        return StreamReady(messages, chosen, self._next_wake(), self.acceptor.take_persist())
 
     # ---- phase 1 -----------------------------------------------------------------------
 

@@ -211,4 +211,7 @@ class StreamFollower:
     def ready(self) -> StreamReady:
         accepted = self.acceptor.ready()
         learned = self.learner.ready()
-        return StreamReady(accepted.messages + learned.messages, learned.chosen, learned.wake_at)
+        return StreamReady(
+            accepted.messages + learned.messages, learned.chosen, learned.wake_at,
+            accepted.persist,
+        )

@@ -119,9 +119,12 @@ DEFAULT_STREAM_SETTINGS = _DEFAULT_STREAM_SETTINGS
 class StreamReady:
     """What a stream role wants done, handed back by ``ready()`` (the etcd-raft pattern).
 
-    * ``messages``: ``(destination address, message)`` to send, in this order. No role
-      persists anything (acceptors are in memory), so there is no "save before send" rule;
-      the protocol tolerates loss, duplication and reordering of every message.
+    * ``persist``: what the acceptor's state gained (a Prepare records a promise, an Accept
+      an accepted value): written and synced to stable storage BEFORE any of ``messages``
+      is sent (a Promise or Accepted must never leave before the state it reports is
+      durable). A replica without a disk drops them (acceptors in memory).
+    * ``messages``: ``(destination address, message)`` to send, in this order; the protocol
+      tolerates loss, duplication and reordering of every message.
     * ``chosen``: ``(slot, entry)`` pairs newly known chosen, in increasing slot order with
       no gap, each slot exactly once over the life of the object (the leader reports what it
       saw chosen; a learner what it delivers). The replica applies them in this order.
@@ -131,6 +134,7 @@ class StreamReady:
     messages: list[tuple[str, Any]] = field(default_factory=list)
     chosen: list[tuple[int, Entry]] = field(default_factory=list)
     wake_at: int | None = None
+    persist: list[Any] = field(default_factory=list)  # Prepare / Accept records (above)
 
 
 @dataclass(frozen=True, slots=True)
