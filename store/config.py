@@ -489,7 +489,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
                 f"{host}:{port}: its replication or metrics port (RPC port + "
                 f"replication_port_offset / metrics_port_offset) would pass 65535"
             )
-    return ClusterConfig(
+    config = ClusterConfig(
         name=_string(cluster.get("name", "meridian"), "cluster.name"),
         path=path,
         run_dir=(base / _string(cluster.get("run_dir", "runs"), "cluster.run_dir")).resolve(),
@@ -509,6 +509,34 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         security=security,
         metrics_port_offset=metrics_offset,
     )
+    _check_listeners(config)
+    return config
+
+
+def _check_listeners(config: ClusterConfig) -> None:
+    """Every TCP port the cluster's processes listen on (replication, metrics, the wan-proxy's
+    links and control) belongs to one of them; two on the same address would leave one
+    process unable to start."""
+    owners: dict[tuple[str, int], str] = {}
+
+    def claim(address: tuple[str, int], what: str) -> None:
+        other = owners.setdefault(address, what)
+        if other != what:
+            raise ConfigError(
+                f"{address[0]}:{address[1]} is both {other} and {what}; move one of them "
+                f"(ports derive from cluster.replication_port_offset, "
+                f"cluster.metrics_port_offset and wan.port_base)"
+            )
+
+    for node in config.nodes():
+        claim(config.replication_listen(node), f"{node.name}'s replication port")
+        metrics = config.metrics_listen(node)
+        if metrics is not None:
+            claim(metrics, f"{node.name}'s metrics port")
+    if config.wan is not None:
+        claim(config.wan.control, "the wan-proxy's control port")
+        for name, listen, *_ in config.wan_links():
+            claim(listen, f"the wan-proxy's link {name}")
 
 
 def _parse_security(raw: object, base: Path) -> SecurityConfig | None:

@@ -90,7 +90,7 @@ def cluster_file(
     wan = data.setdefault("wan", {})
     wan["rtt_ms"] = float(rtt_ms)
     wan["jitter_ms"] = float(jitter_ms if rtt_ms > 0 else 0.0)
-    wan["port_base"] = int(wan.get("port_base", 9200)) + port_shift
+    wan["port_base"] = int(wan.get("port_base", 9400)) + port_shift
     wan["control"] = _shift(wan.get("control", "127.0.0.1:9199"), port_shift)
     lines: list[str] = []
     for section, body in data.items():

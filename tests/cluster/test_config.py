@@ -78,6 +78,12 @@ _GEO = {
         ({"shards": [{"leader": "h:1"}], "regions": [{"name": "a"}, {"name": "a"}]}, "each name once"),
         ({"shards": [{"leader": "h:1"}], "cm": [{"region": "local", "address": "h:9", "port": 1}]},
          r"cm\[0\]: unknown key 'port'"),
+        # geo3 once had its wan-proxy's first link on shard 0's metrics port (7200 + 2000)
+        ({**_GEO, "shards": [{"leader": "h:7200", "followers": [{"region": "eu", "address": "h:7300"}]}],
+          "wan": {"port_base": 9200}},
+         "h:9200 is both shard-0's metrics port and the wan-proxy's link us-eu/0"),
+        ({"shards": [{"leader": "h:1"}, {"leader": "h:1001"}]},
+         "h:2001 is both shard-0's metrics port and shard-1's replication port"),
     ],
 )
 def test_bad_cluster_files_name_the_problem(data: dict, complaint: str) -> None:
