@@ -34,6 +34,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         snapshot_fraction=args.snapshot_fraction,
         crashes=args.crashes,
         scenario=args.scenario,
+        disk=args.disk,
     )
 
 
@@ -103,7 +104,8 @@ def _print_summary(summary: dict) -> None:  # type: ignore[type-arg]
     if summary.get("failovers"):
         print(
             f"  recovery: {summary['failovers']} failover(s) in {summary['seeds_with_failover']} "
-            f"seed(s), {summary['crashes']} crash(es), {summary['restarts']} restart(s), "
+            f"seed(s), {summary['crashes']} crash(es) ({summary['majority_crashes']} leaving a shard "
+            f"without a majority), {summary['restarts']} restart(s), "
             f"{summary['rolled_back']} transaction(s) "
             f"rolled back, committed ones lost in {summary['lost_committed']} seed(s)"
         )
@@ -137,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         "followers take over from a crashed leader; a restarted replica copies its state)",
     )
     sim.add_argument(
+        "--disk", action="store_true",
+        help="every process syncs its acceptor's promises and votes to a simulated disk that "
+        "keeps only what was synced; a crash loses the rest, a restart recovers from it "
+        "(with --crashes: two replicas of a shard may be down at once)",
+    )
+    sim.add_argument(
         "--regions", type=int, choices=[1, 3], default=1,
         help="3: every shard also has followers in two more regions, 50 ms round trips away",
     )
@@ -162,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario", choices=sorted(SCENARIO_NAMES),
         help="a scripted fault schedule on top of the others (with --regions 3): "
         "rejoin-behind crashes a leader whose last commits one follower holds, and restarts "
-        "it while that follower is cut off",
+        "it while that follower is cut off; majority-crash (with --disk) crashes a leader and "
+        "the follower that voted with it",
     )
     sim.add_argument(
         "--no-speculation", action="store_true",

@@ -160,6 +160,8 @@ class ClusterConfig:
     transport: str = "udp"  # the RPC core's: "udp", or "rdma" (store/rpc/rdma.py)
     security: SecurityConfig | None = None  # [security]; None: no TLS, no secret
     metrics_port_offset: int = 2000  # 0: no metrics endpoint
+    data_dir: Path | None = None  # None: run_dir / "data"
+    fsync: bool = True
 
     def nodes(self) -> list[ReplicaNode]:
         """Every server process: the leaders, then the followers, shard by shard, then the
@@ -196,6 +198,13 @@ class ClusterConfig:
 
     def replication_listen(self, node: ReplicaNode) -> tuple[str, int]:
         return node.rpc[0], node.rpc[1] + self.replication_port_offset
+
+    def data_root(self) -> Path:
+        return self.data_dir or self.run_dir / "data"
+
+    def process_data_dir(self, node: ReplicaNode) -> Path:
+        """The directory of ``node``'s write-ahead logs (store.node.durable)."""
+        return self.data_root() / node.name
 
     def metrics_listen(self, node: ReplicaNode) -> tuple[str, int] | None:
         """Where ``node`` serves its Prometheus metrics (None: not configured)."""
@@ -262,6 +271,8 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "partitioner": ("'hash' or 'prefix'", "hash", "key placement: CRC-32 of the key, or table/<n>/... on shard n mod S"),
         "replication_port_offset": ("integer", 1000, "a replica's gRPC replication port is its RPC port plus this"),
         "metrics_port_offset": ("integer", 2000, "each server serves Prometheus metrics over HTTP at its RPC host, port RPC port plus this, path /metrics; 0: no metrics endpoint"),
+        "data_dir": ("path", "<run_dir>/data", "where each server keeps its write-ahead logs, in a directory of its own (<data_dir>/<process name>); relative to the cluster file"),
+        "fsync": ("true / false", True, "sync every acceptor's promises and votes to disk before the messages that follow them; false is for benchmarks only: a power cut in a majority of regions can then lose committed transactions"),
         "transport": ("'udp' or 'rdma'", "udp", "the RPC core's transport between servers and clients; 'rdma' needs an RDMA device and is refused at startup where it cannot run, saying why"),
     },
     "regions": {
@@ -346,6 +357,12 @@ def _string(value: object, what: str) -> str:
 def _integer(value: object, what: str) -> int:
     if type(value) is not int or value < 0:
         raise ConfigError(f"{what}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _boolean(value: object, what: str) -> bool:
+    if type(value) is not bool:
+        raise ConfigError(f"{what}: expected true or false, got {value!r}")
     return value
 
 
@@ -508,6 +525,11 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         transport=transport,
         security=security,
         metrics_port_offset=metrics_offset,
+        data_dir=(
+            (base / _string(cluster["data_dir"], "cluster.data_dir")).resolve()
+            if "data_dir" in cluster else None
+        ),
+        fsync=_boolean(cluster.get("fsync", True), "cluster.fsync"),
     )
     _check_listeners(config)
     return config

@@ -99,6 +99,7 @@ DEFAULT_SETTINGS = Settings()
 # "stamps" lets a new leader's writers ignore the readers its predecessor validated.
 BREAKABLE_STEPS = (
     "validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote", "lease", "stamps",
+    "fsync",  # the simulated disk acknowledges syncs at once (store.sim.disk)
 )
 
 

@@ -28,6 +28,15 @@ messages to send and when to wake it. The host gives it the world:
   (its ``REPLIES``). A lost request is no concern
   here: the coordinator retransmits on its own timer. Paxos messages go to the stream
   transport (gRPC between regions in production, the simulated network in the simulator).
+* **Disk.** A ``Ready``'s ``persist`` records (the acceptor's promises and votes) go to the
+  host's ``durable`` (the server's write-ahead log, the simulator's disk) and are synced
+  before any message of the same ``ready()`` leaves, and the messages of every later one
+  wait behind them, in order (etcd/raft's rule): no Accepted, no Commit counting this
+  replica's own vote, no answer to a client, no watermark gossip goes out while the
+  state it follows from could still be lost. Replies to peer requests wait too (their
+  tokens are answered at once, their bytes sent on release). With no sync pending,
+  messages go out at once. One sync covers every record written before it started
+  (group commit); records written while it runs wait for the next.
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
 * **Promotion and retirement.** A replica whose ``Ready`` names a ``successor`` (a follower
   the cluster map made its shard's leader, or a retired leader that becomes a follower
@@ -41,6 +50,7 @@ messages to send and when to wake it. The host gives it the world:
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -77,6 +87,25 @@ class Timers(Protocol):
     def call_at(self, when_ns: int, callback: Callable[[], None]) -> TimerHandle: ...
 
 
+class _HeldReply:
+    """A reply held behind a sync: the handle of the request it answers."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: ReqHandle) -> None:
+        self.handle = handle
+
+
+class Durable(Protocol):
+    """Stable storage for a replica's acceptor records: ``write`` them (in order), and
+    ``sync``: make everything written so far durable, then call ``done`` (on the host's
+    thread, later; never for a sync a crash cut short)."""
+
+    def write(self, records: list[PaxosMessage]) -> None: ...
+
+    def sync(self, done: Callable[[], None]) -> None: ...
+
+
 class ReplicaHost:
     """One replica on one RPC endpoint (see the module doc)."""
 
@@ -90,8 +119,17 @@ class ReplicaHost:
         stream_send: Callable[[str, PaxosMessage], None] | None,
         request_bytes_max: int,
         on_fatal: Callable[[BaseException], None],
+        durable: Durable | None = None,
     ) -> None:
         self.replica = replica
+        self._durable = durable
+        # Writes handed to ``durable`` (numbered from 1), the last one synced, the one the
+        # sync in flight covers (0: none in flight), and the messages waiting for a sync:
+        # (write number they follow, [(destination or reply handle, message)]).
+        self._written = 0
+        self._synced = 0
+        self._syncing = 0
+        self._held: deque[tuple[int, list[tuple[Any, Message]]]] = deque()
         self.rpc = rpc
         self.timers = timers
         self._peer_address = peer_address
@@ -108,7 +146,7 @@ class ReplicaHost:
         self.failure: BaseException | None = None
         self.counters: dict[str, int] = {
             "submits": 0, "peer_messages": 0, "bad_requests": 0, "peer_send_failures": 0,
-            "flushes": 0,
+            "flushes": 0, "syncs": 0, "held_messages": 0,
         }
         # Requests handed to the replica in the batch being dispatched, whose replies its
         # next flush must carry (the reply rule; checked after that flush).
@@ -285,19 +323,17 @@ class ReplicaHost:
     def _flush(self) -> None:
         self.counters["flushes"] += 1
         ready = self.replica.ready()
-        for dst, message in ready.messages:
-            if dst.startswith(CLIENT_PREFIX):
-                assert isinstance(message, Outcome), message
-                self._answer_client(dst[len(CLIENT_PREFIX) :], message)
-            elif dst.startswith(PEER_REPLY_PREFIX):
-                handle = self._peer_replies.pop(dst, None)
-                assert handle is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
-                self.rpc.enqueue_response(handle, codec.encode(message))
-            elif isinstance(message, PaxosMessage):
-                if self._stream_send is not None:
-                    self._stream_send(dst, message)
-            else:
-                self._send_peer(dst, message)
+        durable = self._durable
+        if durable is not None and ready.persist:
+            durable.write(ready.persist)  # type: ignore[arg-type]
+            self._written += 1
+            if not self._syncing:
+                self._start_sync()
+        if self._written > self._synced:
+            if ready.messages:
+                self._hold(ready.messages)
+        else:
+            self._send(ready.messages)
         wake_at = ready.wake_at
         if ready.successor is not None:
             assert isinstance(ready.successor, ShardLeader | ShardFollower), ready.successor
@@ -311,6 +347,63 @@ class ReplicaHost:
                 self._timer.cancel()
             self._timer_at = wake_at
             self._timer = self.timers.call_at(wake_at, self._on_timer)
+
+    def _send(self, messages: list[tuple[Any, Message]]) -> None:
+        for dst, message in messages:
+            if isinstance(dst, _HeldReply):  # its request's handle (``_hold``)
+                self.rpc.enqueue_response(dst.handle, codec.encode(message))
+            elif dst.startswith(CLIENT_PREFIX):
+                assert isinstance(message, Outcome), message
+                self._answer_client(dst[len(CLIENT_PREFIX) :], message)
+            elif dst.startswith(PEER_REPLY_PREFIX):
+                handle = self._peer_replies.pop(dst, None)
+                assert handle is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
+                self.rpc.enqueue_response(handle, codec.encode(message))
+            elif isinstance(message, PaxosMessage):
+                if self._stream_send is not None:
+                    self._stream_send(dst, message)
+            else:
+                self._send_peer(dst, message)
+
+    # ---- the disk (module doc) ------------------------------------------------------------
+
+    def _hold(self, messages: list[tuple[str, Message]]) -> None:
+        """Keeps ``messages`` until everything written so far is synced. A reply to a peer
+        request is taken from its token now (the replica answered within its handle call,
+        as the reply rule asks) and sent on release."""
+        kept: list[tuple[Any, Message]] = []
+        for dst, message in messages:
+            if dst.startswith(PEER_REPLY_PREFIX):
+                handle = self._peer_replies.pop(dst, None)
+                assert handle is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
+                kept.append((_HeldReply(handle), message))
+            else:
+                kept.append((dst, message))
+        self.counters["held_messages"] += len(kept)
+        self._held.append((self._written, kept))
+
+    def _start_sync(self) -> None:
+        assert self._durable is not None
+        covers = self._syncing = self._written
+        self.counters["syncs"] += 1
+        self._durable.sync(lambda: self._on_synced(covers))
+
+    def _on_synced(self, covers: int) -> None:
+        """Everything up to write ``covers`` is durable: the messages that followed it go."""
+        if self.failure is not None:
+            return
+        assert covers == self._syncing and covers > self._synced, (covers, self._syncing)
+        self._synced = covers
+        self._syncing = 0
+        held = self._held
+        try:
+            while held and held[0][0] <= covers:
+                self._send(held.popleft()[1])
+        except Exception as exc:
+            self._fail(exc)
+            return
+        if self._written > self._synced:
+            self._start_sync()
 
     def _answer_client(self, client_id: str, outcome: Outcome) -> None:
         key = (client_id, outcome.seq)

@@ -32,9 +32,10 @@ from store import wire
 from store.config import ClusterConfig, ConfigError, ReplicaNode
 from store.core.cm import ConfigMember
 from store.core.follower import ShardFollower
-from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage
+from store.core.paxos import DEFAULT_STREAM_SETTINGS, Acceptor, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
+from store.node.durable import WalDurable
 from store.node.host import ReplicaHost
 from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport, TlsIdentity
@@ -128,38 +129,41 @@ class ShardServer:
         stream_settings = DEFAULT_STREAM_SETTINGS.with_overrides(**config.stream)
         cm_members = config.cm_addresses()
         replica: ShardLeader | ShardFollower | ConfigMember
+        # A shard replica's acceptor records go to its write-ahead logs (store.node.durable).
+        self.durable: WalDurable | None = None
+        self.recovered_records = 0
+        acceptor = None
+        if self.node.role != "cm":
+            directory = config.process_data_dir(self.node)
+            self.durable, recovered = WalDurable.open(
+                directory, loop, fsync=config.fsync, on_fatal=on_fatal
+            )
+            records = recovered.get(shard, [])
+            self.recovered_records = len(records)
+            if records:
+                if not rejoin:
+                    self.durable.close()
+                    raise ConfigError(
+                        f"{self.node.name}: {directory} holds the write-ahead log of an earlier "
+                        f"run ({len(records)} records); a process with a past rejoins its shard "
+                        f"(meridian serve --rejoin). Starting a whole cluster again from its "
+                        f"disks is not built yet: move the directory away to start afresh"
+                    )
+                acceptor = Acceptor.recover(shard, records, stream_settings)
         if self.node.role == "cm":
             replica = ConfigMember(
                 self.node.address, cm_members, initial_map(config), config.settings,
                 stream_settings, now_ns=time.monotonic_ns(),
             )
         elif rejoin:
-            # Restarted with its memory gone: a follower that copies its state from a live
-            # replica of its shard before it takes part again (docs/recovery.md).
+            # Restarted: a follower that copies its state from a live replica of its shard
+            # before it takes part again (docs/recovery.md); with its acceptor as its log
+            # kept it, if it has one (then it votes at once).
             replica = ShardFollower(
                 shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
                 cm_members=cm_members, settings=config.settings,
                 partitioner=config.partitioner(), procedures=self.procedures, rejoining=True,
-                breaks=breaks,
-            )
-        elif self.node.role == "leader":
-            replica = ShardLeader(
-                shard,
-                config.leader_addresses(),
-                config.partitioner(),
-                self.procedures,
-                config.settings,
-                now_ns=time.monotonic_ns(),
-                followers=[f"{host}:{port}" for _, (host, port) in config.shards[shard].followers],
-                stream_settings=stream_settings,
-                cm_members=cm_members,
-                breaks=breaks,
-            )
-        else:
-            replica = ShardFollower(
-                shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
-                cm_members=cm_members, settings=config.settings,
-                partitioner=config.partitioner(), procedures=self.procedures, breaks=breaks,
+                breaks=breaks, acceptor=acceptor,
             )
         nexus = Nexus()
         host, port = self.node.rpc
@@ -192,6 +196,7 @@ class ShardServer:
             stream_send=self._send_paxos if self.transport is not None else None,
             request_bytes_max=config.settings.request_bytes_max,
             on_fatal=on_fatal,
+            durable=self.durable,
         )
         self.host.register(nexus)
         nexus.register_req_func(wire.STATUS, self._on_status)
@@ -268,6 +273,20 @@ class ShardServer:
     def replica(self) -> ShardLeader | ShardFollower | ConfigMember:
         return self.host.replica
 
+    def _disk_status(self) -> dict[str, Any] | None:
+        durable = self.durable
+        if durable is None:
+            return None
+        return {
+            "data_dir": str(durable.directory),
+            "fsync": durable.fsync,
+            "recovered_records": self.recovered_records,
+            "records_written": durable.records_written,
+            "syncs": durable.syncs,
+            "sync_ms_mean": round(durable.sync_ns_total / durable.syncs / 1e6, 3) if durable.syncs else 0.0,
+            "log_bytes": durable.disk_bytes(),
+        }
+
     def _metrics_url(self) -> str:
         listen = self.config.metrics_listen(self.node)
         return "" if listen is None else f"http://{listen[0]}:{listen[1]}/metrics"
@@ -310,6 +329,7 @@ class ShardServer:
                 "vector_watermark": {str(k): v for k, v in sorted(replica.vw.items())},
                 "keys": replica.store.key_count(),
                 "applied_slots": replica.applied_slots,
+                "disk": self._disk_status(),
                 "counters": {
                     "applied_records": replica.applied_records,
                     **self.counters,
@@ -333,6 +353,7 @@ class ShardServer:
             "keys": replica.store.key_count(),
             "locks_held": replica.store.locked_count(),
             "in_flight": coordinator.in_flight(),
+            "disk": self._disk_status(),
             "follower_lag_slots": (
                 {peer: replica.stream.lag_slots(peer) for peer in replica.stream.peers}
                 if replica.stream is not None else {}
@@ -355,6 +376,8 @@ class ShardServer:
         if self.transport is not None:
             await self.transport.close()
         self.rpc.close()
+        if self.durable is not None:
+            self.durable.close()
 
 
 class PauseMonitor:

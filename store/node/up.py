@@ -89,6 +89,24 @@ class ProcessCluster:
                     moved = True
                 path.rename(aside / path.name)
 
+    def _set_data_aside(self, nodes: list[ReplicaNode]) -> list[str]:
+        """A run starts a new cluster: the logs an earlier run left in the data directories
+        of ``nodes`` go to ``<data_dir>/previous-run/`` (replacing the run before it), for
+        inspection; starting a whole cluster again from its disks is not built yet. A
+        process restarted within the run (``respawn``) keeps its directory and recovers its
+        acceptor from it. Returns the names moved."""
+        aside = self.config.data_root() / "previous-run"
+        moved: list[str] = []
+        for node in nodes:
+            directory = self.config.process_data_dir(node)
+            if directory.exists() and any(directory.iterdir()):
+                if not moved:
+                    shutil.rmtree(aside, ignore_errors=True)
+                    aside.mkdir(parents=True)
+                directory.rename(aside / node.name)
+                moved.append(node.name)
+        return moved
+
     def start(self) -> None:
         from store.node.server import log_name
 
@@ -103,6 +121,13 @@ class ProcessCluster:
             node for node in self.config.nodes()
             if self.on_host is None and not is_local(node.rpc[0])
         ]
+        moved = self._set_data_aside([n for n in self.config.nodes() if n not in self.remote])
+        if moved:
+            print(
+                f"a new cluster: the write-ahead logs of the previous run ({', '.join(moved)}) "
+                f"are in {self.config.data_root() / 'previous-run'}",
+                flush=True,
+            )
         for node in self.config.nodes():
             if node in self.remote:
                 continue

@@ -200,6 +200,18 @@ class Wal:
         self._unsynced = 0
         self.syncs += 1
 
+    def flush(self) -> int | None:
+        """Hands every appended record to the operating system and returns a duplicate of
+        the current segment's file descriptor, for the caller to ``fsync`` (on another
+        thread) and close: what was appended before this call is then durable, whatever
+        this log does meanwhile. None: nothing appended since the last sync or flush."""
+        if self._file is None or not self._unsynced:
+            return None
+        self._file.flush()
+        self._unsynced = 0
+        self.syncs += 1
+        return os.dup(self._file.fileno())
+
     def _start_segment(self) -> None:
         if self._file is not None:
             self.sync()

@@ -23,7 +23,7 @@ from store.core.cm import ConfigMember
 from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
 from store.core.partition import Partitioner
-from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage, StreamSettings
+from store.core.paxos import DEFAULT_STREAM_SETTINGS, Acceptor, PaxosMessage, StreamSettings
 from store.core.replica import Probe, ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.txn import Procedures
@@ -33,6 +33,7 @@ from store.proto.convert import BATCH_MESSAGES_MAX, parse_batch, to_batch
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, RpcSettings
 from store.rpc.sim import SimRpc
+from store.sim.disk import SimDisk
 from store.sim.loop import Simulator
 from store.sim.network import MS, Link, Network
 
@@ -125,8 +126,15 @@ class SimServer:
         rpc_settings: RpcSettings,
         request_bytes_max: int,
         on_fatal: Callable[[str, BaseException], None],
+        disk: SimDisk | None = None,
+        stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
     ) -> None:
         self.sim = sim
+        self.disk = disk
+        self.stream_settings = stream_settings
+        # With a disk: the acceptor this process left on it when it crashed (what counts
+        # of its votes from then on; ``SimCluster.acceptors``).
+        self.acceptor_on_disk: Acceptor | None = None
         self.network = network
         self.replica = replica
         self.address = replica.address
@@ -144,6 +152,7 @@ class SimServer:
             stream_send=self.stream.send,
             request_bytes_max=request_bytes_max,
             on_fatal=self._fatal,
+            durable=disk,
         )
         self.host.register(nexus)
         self.crashed = False
@@ -166,6 +175,11 @@ class SimServer:
         self.host.close()
         self.rpc.crash()
         self.network.crash(self.address)
+        replica = self.host.replica
+        if self.disk is not None:
+            self.disk.crash()
+            if isinstance(replica, ShardLeader | ShardFollower):
+                self.acceptor_on_disk = self.disk.recover(replica.shard, self.stream_settings)
 
 
 class SimCluster:
@@ -186,9 +200,14 @@ class SimCluster:
         probe: Probe | None = None,
         stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
         rpc_settings: RpcSettings = MERIDIAN_RPC_SETTINGS,
+        disk_sync_ns: int | None = None,
     ) -> None:
         self.sim = sim
         self.network = network
+        # With a sync latency: every process has a disk (store.sim.disk), kept across its
+        # crashes; a restarted process recovers its acceptor from it.
+        self.disk_sync_ns = disk_sync_ns
+        self.disks: dict[str, SimDisk] = {}
         self.partitioner = partitioner or Partitioner(shards)
         self.regions = list(regions)
         self.settings = settings
@@ -240,12 +259,21 @@ class SimCluster:
                 self._serve(member, region)
 
     def _serve(self, replica: ShardLeader | ShardFollower | ConfigMember, region: str) -> None:
+        disk = None
+        if self.disk_sync_ns is not None:
+            disk = self.disks.get(replica.address)
+            if disk is None:
+                disk = self.disks[replica.address] = SimDisk(
+                    self.sim, self.disk_sync_ns, lies="fsync" in self.breaks
+                )
         self.servers.append(
             SimServer(
                 self.sim, self.network, replica, region,
                 rpc_settings=self.rpc_settings,
                 request_bytes_max=self.settings.request_bytes_max,
                 on_fatal=self._record_fatal,
+                disk=disk,
+                stream_settings=self.stream_settings,
             )
         )
 
@@ -268,18 +296,22 @@ class SimCluster:
         return [server for server in self.servers if server.address == address][-1]
 
     def restart(self, address: str) -> ShardFollower:
-        """The crashed process at ``address`` starts again with empty memory, as a replica
-        of its shard that rejoins (docs/recovery.md "Rejoining"). The crashed server stays in
-        ``servers``: what its acceptor accepted before the crash counted then."""
+        """The crashed process at ``address`` starts again, as a replica of its shard that
+        rejoins (docs/recovery.md "Rejoining"): with empty memory, or with a disk, with the
+        acceptor it recovers from what the disk kept (it votes at once; its store is copied
+        from a live replica all the same). The crashed server stays in ``servers``: what its
+        acceptor accepted before the crash counted then (``acceptors``)."""
         crashed = self.server(address)
         assert crashed.crashed, f"{address} is running"
         replica = crashed.host.replica
         assert isinstance(replica, ShardLeader | ShardFollower), "only shard replicas restart"
+        disk = crashed.disk
         follower = ShardFollower(
             replica.shard, address, self.stream_settings, now_ns=self.sim.now_ns,
             probe=self.probe, cm_members=self.cm_members, settings=self.settings,
             partitioner=self.partitioner, procedures=self.procedures, breaks=self.breaks,
             rejoining=True,
+            acceptor=disk.recover(replica.shard, self.stream_settings) if disk else None,
         )
         self._serve(follower, crashed.region)
         self.servers[-1].start()
@@ -291,6 +323,31 @@ class SimCluster:
             server.host.replica for server in self.servers
             if isinstance(server.host.replica, ShardLeader | ShardFollower)
         ]
+
+    def acceptors(self, shard: int) -> list[Any]:
+        """Every acceptor of ``shard``'s stream whose votes count (``DurabilityOracle``).
+        Without disks: every process's, a crashed one's as it was then (what it accepted
+        counted then). With disks: per address, the running process's, or the acceptor the
+        crashed one left on its disk (a restarted process starts from it: earlier ones of
+        the address are in it). An object that changed hands (a promoted follower's
+        acceptor is its leader's) counts once."""
+        found: list[Any] = []
+        latest = {server.address: server for server in self.servers}
+        for server in self.servers:
+            replica = server.host.replica
+            if not isinstance(replica, ShardLeader | ShardFollower) or replica.shard != shard:
+                continue
+            if replica.stream is None:
+                continue
+            acceptor = replica.stream.acceptor
+            if server.disk is not None:
+                if latest[server.address] is not server:
+                    continue
+                if server.crashed and server.acceptor_on_disk is not None:
+                    acceptor = server.acceptor_on_disk
+            if all(acceptor is not seen for seen in found):
+                found.append(acceptor)
+        return found
 
     def server_of(self, replica: object) -> SimServer:
         return next(server for server in self.servers if server.host.replica is replica)

@@ -327,26 +327,20 @@ class Recorder:
 class DurabilityOracle:
     """DESIGN.md §1's durability promise, judged from the acceptors (see the module doc)."""
 
-    def __init__(self, replicas: Callable[[], list[Any]], regions: int) -> None:
-        """``replicas()``: every shard replica (leaders and followers, a crashed one too: what
-        it accepted before it crashed counted then); a shard has one per region, and a
-        majority of ``regions`` is what makes an entry durable."""
+    def __init__(
+        self, replicas: Callable[[], list[Any]], regions: int,
+        acceptors: Callable[[int], list[Any]],
+    ) -> None:
+        """``replicas()``: every shard replica (leaders and followers, a crashed one too);
+        ``acceptors(shard)``: the shard's acceptors whose votes count (``SimCluster.acceptors``:
+        a crashed process's as it was, or as its disk kept it); a shard has one per region,
+        and a majority of ``regions`` is what makes an entry durable."""
         self.replicas = replicas
+        self._acceptors = acceptors
         self.majority = regions // 2 + 1
         self.verified: dict[int, int] = {}
         self.violations: list[str] = []
         self.checked = 0
-
-    def _acceptors(self, shard: int) -> list[Any]:
-        found: list[Any] = []
-        for replica in self.replicas():
-            if (
-                replica.shard == shard
-                and replica.stream is not None
-                and all(replica.stream.acceptor is not seen for seen in found)
-            ):
-                found.append(replica.stream.acceptor)
-        return found
 
     def _durable_counters(self, shard: int) -> set[int]:
         acceptors = self._acceptors(shard)

@@ -54,6 +54,9 @@ SIM_TRANSFER_PIECE_BYTES = 512
 # paths of accepted-but-unannounced slots (``--break takeover`` is caught by 2 of 40 seeds
 # with only the defaults, by 13 of 40 with only 10 ms).
 SIM_IDLE_INTERVALS_NS = (100 * MS, 10 * MS)
+# With --disk, a sync's latency, drawn per seed: a fast NVMe drive, this machine's disk
+# (about 0.15 ms per fsync), a slow or busy one.
+SIM_SYNC_LATENCIES_NS = (20 * US, 150 * US, 2 * MS, 10 * MS)
 
 
 @dataclass
@@ -74,6 +77,7 @@ class SimOptions:
     scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
     snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
     crashes: bool = False  # crash shard leaders during the load (followers take over)
+    disk: bool = False  # processes sync their acceptors to a disk that survives a crash
     scenario: str | None = None  # a scripted fault schedule (SCENARIOS) on top of the rest
 
     def faults(self) -> Faults:
@@ -89,7 +93,7 @@ OPTION_FLAGS = {
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
     "scan_fraction": "--scan-fraction", "snapshot_fraction": "--snapshot-fraction",
-    "crashes": "--crashes", "scenario": "--scenario",
+    "crashes": "--crashes", "scenario": "--scenario", "disk": "--disk",
 }
 assert set(OPTION_FLAGS) == {f.name for f in fields(SimOptions)}, "a SimOptions field has no flag"
 
@@ -119,6 +123,7 @@ class SeedResult:
     failovers: int = 0
     crashes: int = 0
     restarts: int = 0
+    majority_crashes: int = 0  # times two replicas of one shard were down at once (--disk)
     rolled_back: int = 0
 
     @property
@@ -136,6 +141,9 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     # Drawn from the seed apart from the simulator's own generator, so the draw does not
     # shift the rest of the schedule.
     idle_ns = SIM_IDLE_INTERVALS_NS[random.Random(seed ^ 0x1D1E).randrange(2)]
+    sync_ns = random.Random(seed ^ 0xD15C).choice(SIM_SYNC_LATENCIES_NS) if options.disk else None
+    if options.break_step == "fsync" and not options.disk:
+        raise ValueError("--break fsync needs --disk")
     sim = Simulator(seed)
     network = Network(sim, options.faults())
     partitioner = Partitioner(options.shards)
@@ -154,9 +162,13 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         ),
         stream_settings=DEFAULT_STREAM_SETTINGS.with_overrides(heartbeat_idle_interval_ns=idle_ns),
         regions=regions, wan_rtt_ms=options.wan_rtt_ms, breaks=breaks, probe=recorder,
+        disk_sync_ns=sync_ns,
     )
     with_followers = options.regions > 1
-    oracle = DurabilityOracle(cluster.all_replicas, options.regions) if with_followers else None
+    oracle = (
+        DurabilityOracle(cluster.all_replicas, options.regions, cluster.acceptors)
+        if with_followers else None
+    )
 
     workload: Any
     if options.workload == "bank":
@@ -312,6 +324,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         failovers=max((member.map.epoch for member in cluster.cm), default=0),
         crashes=crashes.crashed if crashes is not None else 0,
         restarts=crashes.restarted if crashes is not None else 0,
+        majority_crashes=crashes.majority_down if crashes is not None else 0,
         rolled_back=len(recorder.rolled_back_txns),
         client_errors=dict(sorted(client_errors.items())),
     )
@@ -441,11 +454,13 @@ class PartitionNemesis:
 class CrashNemesis:
     """Crashes shard replicas while the load runs and restarts them: the process vanishes
     with all it held in memory (a follower takes over a crashed leader), and comes back after
-    a while with empty memory, copies a live follower's state and rejoins its shard
-    (docs/recovery.md). One replica of a shard is down at a time, until its restarted
-    replica votes again (a second would leave its stream without a majority); the victim is a leader two times in three, else a follower.
-    The first crash comes in the first half of the load; more may follow, each after the
-    previous victim is back or on another shard."""
+    a while, copies a live follower's state and rejoins its shard (docs/recovery.md). Without
+    disks, one replica of a shard is down at a time, until its restarted replica votes again
+    (a second would leave its stream without a majority, and two lost memories can lose a
+    chosen value). With disks (``--disk``) two of a shard's three may be down at once: the
+    shard stops until one is back, and a restarted replica votes with the acceptor its disk
+    kept. The victim is a leader two times in three, else a follower. The first crash comes
+    in the first half of the load; more may follow."""
 
     def __init__(self, sim: Simulator, cluster: SimCluster, stop_at: int) -> None:
         self.sim = sim
@@ -453,7 +468,9 @@ class CrashNemesis:
         self.stop_at = stop_at
         self.crashed = 0
         self.restarted = 0
-        self._down: dict[int, str] = {}  # shard -> address of its crashed replica
+        self.majority_down = 0
+        self._down: dict[int, list[str]] = {}  # shard -> addresses of its crashed replicas
+        self.down_max = 2 if cluster.disk_sync_ns is not None else 1
 
     def start(self) -> None:
         self.sim.after(self.sim.rng.randrange(self.stop_at // 10, self.stop_at // 2), self._crash)
@@ -469,24 +486,29 @@ class CrashNemesis:
             ]
         else:
             candidates = [f for fs in self.cluster.current_followers().values() for f in fs]
-        # A shard whose restarted replica does not vote yet still counts as one down.
-        rejoining = {
-            f.shard for fs in self.cluster.current_followers().values() for f in fs
-            if not f.voting
-        }
-        candidates = [r for r in candidates if r.shard not in self._down and r.shard not in rejoining]
+        # Without disks, a shard whose restarted replica does not vote yet still counts as
+        # one down (a restarted replica with a disk votes at once).
+        out = {shard: len(addresses) for shard, addresses in self._down.items()}
+        if self.down_max == 1:
+            for fs in self.cluster.current_followers().values():
+                for f in fs:
+                    if not f.voting:
+                        out[f.shard] = out.get(f.shard, 0) + 1
+        candidates = [r for r in candidates if out.get(r.shard, 0) < self.down_max]
         if candidates:
             victim = rng.choice(candidates)
-            self._down[victim.shard] = victim.address
+            down = self._down.setdefault(victim.shard, [])
+            down.append(victim.address)
+            self.majority_down += len(down) > 1
             self.cluster.server_of(victim).crash()
             self.crashed += 1
             # Down for a while: sometimes longer than the failover takes, sometimes not.
-            sim.after(rng.randrange(100 * MS, 3000 * MS), self._restart, victim.shard)
+            sim.after(rng.randrange(100 * MS, 3000 * MS), self._restart, victim.shard, victim.address)
         if rng.random() < 0.6:
             sim.after(rng.randrange(1, max(2, (self.stop_at - sim.now_ns))), self._crash)
 
-    def _restart(self, shard: int) -> None:
-        address = self._down.pop(shard)
+    def _restart(self, shard: int, address: str) -> None:
+        self._down[shard].remove(address)
         self.cluster.restart(address)
         self.restarted += 1
 
@@ -527,8 +549,40 @@ def rejoin_behind(sim: Simulator, network: Network, cluster: SimCluster) -> None
     sim.after(3300 * MS, lambda: network.partition([eu], cms))
 
 
+def majority_crash(sim: Simulator, network: Network, cluster: SimCluster) -> None:
+    """A scripted schedule for durability (``--disk``): two of shard 0's three replicas lose
+    power together, and what they synced must be enough (run it for at least 2 s of load):
+
+    * 200 ms: the leader (us) stops reaching the ap follower, so what it commits from then
+      on is chosen with the eu follower's vote alone;
+    * 800 ms: the leader and eu crash together, and the network heals. Only ap is left, and
+      it lacks every slot chosen since 200 ms;
+    * 850 ms: eu restarts on its disk. The configuration manager makes ap leader; ap's phase
+      1 needs eu's vote, and eu's acceptor, rebuilt from its disk, reports the slots;
+    * 1600 ms: the old leader restarts on its disk and rejoins as a follower.
+
+    With ``--break fsync`` (a disk that acknowledges syncs it did not do) eu comes back
+    without its last votes, ap's phase 1 completes without the slots, and transactions
+    clients heard COMMITTED are lost."""
+    if cluster.disk_sync_ns is None:
+        raise ValueError("--scenario majority-crash needs --disk")
+    leader = leader_address(0)
+    eu, ap = follower_address("eu", 0), follower_address("ap", 0)
+
+    def crash_two() -> None:
+        cluster.server(leader).crash()
+        cluster.server(eu).crash()
+        network.heal()
+
+    sim.after(200 * MS, lambda: network.partition([leader], [ap]))
+    sim.after(800 * MS, crash_two)
+    sim.after(850 * MS, lambda: cluster.restart(eu))
+    sim.after(1600 * MS, lambda: cluster.restart(leader))
+
+
 SCENARIOS: dict[str, Callable[[Simulator, Network, SimCluster], None]] = {
     "rejoin-behind": rejoin_behind,
+    "majority-crash": majority_crash,
 }
 assert set(SCENARIOS) == set(SCENARIO_NAMES), "store.sim.SCENARIO_NAMES names every scenario"
 
@@ -566,6 +620,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "seeds_with_failover": sum(1 for r in results if r.failovers),
         "crashes": sum(r.crashes for r in results),
         "restarts": sum(r.restarts for r in results),
+        "majority_crashes": sum(r.majority_crashes for r in results),
         "rolled_back": sum(r.rolled_back for r in results),
         "lost_committed": sum(1 for r in results if "lost-committed" in r.anomaly_kinds),
         "client_errors": _add_counts(r.client_errors for r in results),
@@ -593,7 +648,7 @@ def replay_command(seed: int, options: SimOptions, out_dir: str | None = None) -
     parts = ["meridian sim", f"--seed {seed}"]
     for name, flag in OPTION_FLAGS.items():
         value = getattr(options, name)
-        if name in ("partitions", "crashes"):
+        if name in ("partitions", "crashes", "disk"):
             if value:
                 parts.append(flag)
         elif name == "speculation":

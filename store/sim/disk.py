@@ -1,0 +1,70 @@
+"""A simulated disk: what a process synced survives its crash, and nothing else is promised.
+
+Each server process of a simulated cluster run with ``--disk`` has one (``SimCluster``); it
+outlives the process, as a disk outlives a power cut. The host (``store.node.host``) hands
+it the acceptor's records and asks it to sync; the records are kept as the bytes the
+write-ahead log stores (``store.core.paxos.encode``, decoded again on recovery), and a sync
+completes after a latency drawn per seed. At a crash, the records not yet synced are lost,
+except for a random prefix of them (the operating system may have written some back on its
+own): a crash may keep more than was synced, never less, and never a record without the
+ones before it. A sync in flight at the crash never completes.
+
+``--break fsync`` makes the disk lie, as a log run with ``fsync = false`` does when the
+power goes: a sync reports done at once and makes nothing durable, so a crash keeps only a
+random prefix of everything written. The simulator must then find a committed transaction
+lost once a majority of a shard's replicas crash together (``--scenario majority-crash``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from store.core.paxos import Acceptor, PaxosMessage, StreamSettings, decode, encode
+from store.sim.loop import Simulator
+
+
+class SimDisk:
+    def __init__(self, sim: Simulator, sync_ns: int, *, lies: bool = False) -> None:
+        self.sim = sim
+        self.sync_ns = sync_ns
+        self.lies = lies
+        self.synced: list[bytes] = []
+        self._unsynced: list[bytes] = []
+        self._crashes = 0  # a sync started before a crash does not complete after it
+        self.syncs = 0
+        self.lost_records = 0
+
+    def write(self, records: list[PaxosMessage]) -> None:
+        self._unsynced.extend(encode(record) for record in records)
+
+    def sync(self, done: Callable[[], None]) -> None:
+        self.syncs += 1
+        if self.lies:
+            done()
+            return
+        count = len(self._unsynced)
+        crashes = self._crashes
+
+        def durable() -> None:
+            if crashes != self._crashes:
+                return
+            self.synced.extend(self._unsynced[:count])
+            del self._unsynced[:count]
+            done()
+
+        self.sim.after(self.sync_ns, durable)
+
+    def crash(self) -> None:
+        """The power goes: a random prefix of what was not synced survives."""
+        kept = self.sim.rng.randrange(len(self._unsynced) + 1) if self._unsynced else 0
+        self.synced.extend(self._unsynced[:kept])
+        self.lost_records += len(self._unsynced) - kept
+        self._unsynced.clear()
+        self._crashes += 1
+
+    def records(self) -> list[PaxosMessage]:
+        return [decode(data) for data in self.synced]
+
+    def recover(self, stream: int, settings: StreamSettings) -> Acceptor:
+        """The acceptor a process restarted on this disk rebuilds (``Acceptor.recover``)."""
+        return Acceptor.recover(stream, self.records(), settings)

@@ -1,0 +1,121 @@
+"""A server's acceptor logs (store/node/durable.py; issue 14): records come back per stream
+as written, an acceptor rebuilt from them keeps its promise and votes, a sync reports done
+only after its fsync, and a log that cannot be trusted stops the process with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from store.core.paxos import Accept, Acceptor, Ballot, Entry, EntryKind, Prepare, encode
+from store.node.durable import WalDurable
+from store.node.wal import Wal, WalCorrupt
+
+OLD, NEW = Ballot(1, "leader/0"), Ballot(2, "eu/follower/0")
+
+
+def _entry(counter: int) -> Entry:
+    return Entry(EntryKind.BATCH, [("k", counter)], [counter], watermark=counter)
+
+
+def _run(directory: Path, records: list, *, fsync: bool = True) -> tuple[list[str], dict]:
+    """Writes ``records`` through a WalDurable and syncs; returns the events in order and
+    what reopening the directory recovers."""
+    events: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        durable, recovered = WalDurable.open(directory, loop, fsync=fsync, on_fatal=events.append)
+        events.append(f"recovered {sum(len(r) for r in recovered.values())}")
+        durable.write(records)
+        synced = loop.create_future()
+        durable.sync(lambda: (events.append("synced"), synced.set_result(None)))
+        events.append("sync asked")
+        await synced
+        durable.close()
+
+    asyncio.run(main())
+
+    async def reopen() -> dict:
+        durable, recovered = WalDurable.open(directory, asyncio.get_running_loop(), on_fatal=print)
+        durable.close()
+        return recovered
+
+    return events, asyncio.run(reopen())
+
+
+def test_records_come_back_per_stream_and_rebuild_the_acceptor(tmp_path: Path) -> None:
+    records = [
+        Prepare(0, OLD, 0), Accept(0, OLD, 0, _entry(1), 0), Accept(0, OLD, 1, _entry(2), 0),
+        Prepare(7, OLD, 0), Prepare(0, NEW, 0), Accept(0, NEW, 1, _entry(3), 0),
+    ]
+    events, recovered = _run(tmp_path, records)
+    assert events == ["recovered 0", "sync asked", "synced"]  # done only after the fsync
+    assert sorted(recovered) == [0, 7]
+    assert [encode(r) for r in recovered[0]] == [encode(r) for r in records if r.stream == 0]
+    assert (tmp_path / "stream-0").is_dir() and (tmp_path / "stream-7").is_dir()
+    acceptor = Acceptor.recover(0, recovered[0])
+    assert acceptor.promised == NEW
+    assert acceptor.accepted(0) is not None and acceptor.accepted(0)[0] == OLD  # type: ignore[index]
+    held = acceptor.accepted(1)
+    assert held is not None and held[0] == NEW and held[1].watermark == 3
+    # A restarted acceptor keeps its promise: the old leader's ballot is refused.
+    refused = acceptor.accept(Accept(0, OLD, 2, _entry(4), 0))
+    assert type(refused).__name__ == "Reject"
+
+
+def test_without_fsync_a_sync_is_done_at_once_and_the_log_is_written_all_the_same(tmp_path: Path) -> None:
+    events, recovered = _run(tmp_path, [Prepare(0, OLD, 0)], fsync=False)
+    assert events == ["recovered 0", "synced", "sync asked"]
+    assert len(recovered[0]) == 1
+
+
+def test_a_flipped_byte_in_the_middle_stops_recovery_with_the_file(tmp_path: Path) -> None:
+    records = [Accept(0, OLD, slot, _entry(slot + 1), 0) for slot in range(20)]
+    _run(tmp_path, records)
+    segment = sorted((tmp_path / "stream-0").glob("wal-*.log"))[-1]
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    segment.write_bytes(bytes(data))
+
+    async def reopen() -> None:
+        WalDurable.open(tmp_path, asyncio.get_running_loop(), on_fatal=print)
+
+    with pytest.raises(WalCorrupt, match=str(segment)):
+        asyncio.run(reopen())
+
+
+def test_a_torn_tail_is_cut_and_the_records_before_it_recover(tmp_path: Path) -> None:
+    records = [Accept(0, OLD, slot, _entry(slot + 1), 0) for slot in range(20)]
+    _run(tmp_path, records)
+    segment = sorted((tmp_path / "stream-0").glob("wal-*.log"))[-1]
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-7])  # the last record half written
+    _, recovered = _run(tmp_path, [])
+    assert [r.slot for r in recovered[0]] == list(range(19))  # type: ignore[attr-defined]
+
+
+def test_a_record_that_checks_but_does_not_decode_is_corruption(tmp_path: Path) -> None:
+    wal, _, _ = Wal.open(tmp_path / "stream-0")
+    wal.append(b"\xc1 not a stream message")
+    wal.close()
+
+    async def reopen() -> None:
+        WalDurable.open(tmp_path, asyncio.get_running_loop(), on_fatal=print)
+
+    with pytest.raises(WalCorrupt, match="does not decode"):
+        asyncio.run(reopen())
+
+
+def test_a_record_filed_under_another_stream_is_corruption(tmp_path: Path) -> None:
+    wal, _, _ = Wal.open(tmp_path / "stream-3")
+    wal.append(encode(Prepare(0, OLD, 0)))
+    wal.close()
+
+    async def reopen() -> None:
+        WalDurable.open(tmp_path, asyncio.get_running_loop(), on_fatal=print)
+
+    with pytest.raises(WalCorrupt, match="belongs to stream 0"):
+        asyncio.run(reopen())

@@ -1,0 +1,165 @@
+"""The host's disk rule (store/node/host.py, "Disk"): a Ready's records are synced before any
+of its messages leave, and every later message waits behind them, in order; one sync covers
+every record written before it started."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from store.core.errors import Status
+from store.core.paxos import NOOP, Accept, Accepted, Ballot, Prepare
+from store.core.ready import Ready
+from store.core.vclock import EMPTY
+from store.node.host import PEER_REPLY_PREFIX, ReplicaHost
+from store.protocol import codec
+from store.protocol.messages import Outcome
+
+BALLOT = Ballot(1, "leader/0")
+
+
+class _Timers:
+    def clock_ns(self) -> int:
+        return 0
+
+    def call_at(self, at_ns: int, callback: Any) -> Any:
+        return None
+
+
+class _Disk:
+    def __init__(self) -> None:
+        self.written: list[list[Any]] = []
+        self.pending: list[Callable[[], None]] = []
+
+    def write(self, records: list[Any]) -> None:
+        self.written.append(list(records))
+
+    def sync(self, done: Callable[[], None]) -> None:
+        self.pending.append(done)
+
+    def finish(self) -> None:
+        self.pending.pop(0)()
+
+
+class _Replica:
+    """Hands out scripted Readys, one per step."""
+
+    ANSWERS: tuple[type, ...] = (Accept,)
+    ONE_WAY: tuple[type, ...] = ()
+    REPLIES: tuple[type, ...] = ()
+    has_successor = False
+
+    def __init__(self) -> None:
+        self.script: list[Ready] = []
+
+    def handle(self, now_ns: int, src: str, message: Any) -> None:
+        pass
+
+    def ready(self) -> Ready:
+        return self.script.pop(0) if self.script else Ready()
+
+
+class _Rpc:
+    dispatching = False
+    after_dispatch: list[Any] = []
+
+    def __init__(self) -> None:
+        self.responses: list[tuple[Any, bytes]] = []
+
+    def enqueue_response(self, handle: Any, payload: bytes) -> None:
+        self.responses.append((handle, payload))
+
+
+def _accepted(slot: int) -> Accepted:
+    return Accepted(0, BALLOT, slot)
+
+
+def _record(slot: int) -> Accept:
+    return Accept(0, BALLOT, slot, NOOP, 0)
+
+
+def _host(disk: _Disk | None) -> tuple[ReplicaHost, _Replica, list[tuple[str, Any]], list[Any]]:
+    replica = _Replica()
+    sent: list[tuple[str, Any]] = []
+    failures: list[Any] = []
+    host = ReplicaHost(
+        replica, rpc=_Rpc(), timers=_Timers(),  # type: ignore[arg-type]
+        peer_address=lambda address: address,
+        stream_send=lambda dst, message: sent.append((dst, message)),
+        request_bytes_max=1 << 20, on_fatal=failures.append, durable=disk,
+    )
+    return host, replica, sent, failures
+
+
+def _step(host: ReplicaHost, replica: _Replica, ready: Ready) -> None:
+    replica.script.append(ready)
+    host.on_stream_message("eu/0", Prepare(0, BALLOT, 0))
+
+
+def test_messages_wait_for_the_sync_of_their_records_and_go_in_order() -> None:
+    disk = _Disk()
+    host, replica, sent, failures = _host(disk)
+    _step(host, replica, Ready([("leader/0", _accepted(1))], persist=[_record(1)]))
+    _step(host, replica, Ready([("leader/0", _accepted(0))]))  # no records: waits behind
+    assert sent == [] and disk.written == [[_record(1)]] and len(disk.pending) == 1
+    disk.finish()
+    assert sent == [("leader/0", _accepted(1)), ("leader/0", _accepted(0))]
+    assert failures == []
+
+
+def test_records_with_no_message_still_hold_the_next_readys_messages() -> None:
+    """The vote of a leader's own acceptor comes with no message; the Commit that counts it
+    comes later and must not leave before the vote is on disk."""
+    disk = _Disk()
+    host, replica, sent, _ = _host(disk)
+    _step(host, replica, Ready([], persist=[_record(1)]))
+    _step(host, replica, Ready([("eu/0", _accepted(1))]))
+    assert sent == []
+    disk.finish()
+    assert sent == [("eu/0", _accepted(1))]
+
+
+def test_one_sync_at_a_time_each_covering_what_was_written_before_it_started() -> None:
+    disk = _Disk()
+    host, replica, sent, _ = _host(disk)
+    _step(host, replica, Ready([("a", _accepted(1))], persist=[_record(1)]))
+    _step(host, replica, Ready([("a", _accepted(2))], persist=[_record(2)]))
+    _step(host, replica, Ready([("a", _accepted(3))], persist=[_record(3)]))
+    assert len(disk.pending) == 1  # the second and third wait for the first sync to end
+    disk.finish()
+    assert sent == [("a", _accepted(1))]
+    assert len(disk.pending) == 1  # one sync for the two written meanwhile (group commit)
+    disk.finish()
+    assert sent == [("a", _accepted(i)) for i in (1, 2, 3)]
+    assert host.counters["syncs"] == 2 and disk.pending == []
+    _step(host, replica, Ready([("a", _accepted(4))]))
+    assert sent[-1] == ("a", _accepted(4))  # nothing unsynced: straight out
+
+
+def test_without_a_disk_messages_go_at_once() -> None:
+    host, replica, sent, _ = _host(None)
+    _step(host, replica, Ready([("a", _accepted(1))], persist=[_record(1)]))
+    assert sent == [("a", _accepted(1))]
+
+
+def test_a_held_reply_to_a_peer_request_is_answered_in_time_and_sent_on_release() -> None:
+    disk = _Disk()
+    host, replica, _, failures = _host(disk)
+    _step(host, replica, Ready([], persist=[_record(1)]))
+    token = f"{PEER_REPLY_PREFIX}1"
+    reply = Outcome(1, Status.INVALID, None, EMPTY, "a reply")
+    replica.script.append(Ready([(token, reply)]))
+    host._answer_synchronously("request-handle", _record(1))  # type: ignore[arg-type]
+    assert failures == [] and host.rpc.responses == []  # type: ignore[attr-defined]
+    disk.finish()
+    assert host.rpc.responses == [("request-handle", codec.encode(reply))]  # type: ignore[attr-defined]
+    assert failures == []
+
+
+def test_a_sync_that_ends_after_the_host_failed_sends_nothing() -> None:
+    disk = _Disk()
+    host, replica, sent, failures = _host(disk)
+    _step(host, replica, Ready([("a", _accepted(1))], persist=[_record(1)]))
+    host._fail(AssertionError("broken"))
+    disk.finish()
+    assert sent == [] and len(failures) == 1
