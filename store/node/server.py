@@ -165,6 +165,25 @@ class ShardServer:
                 partitioner=config.partitioner(), procedures=self.procedures, rejoining=True,
                 breaks=breaks, acceptor=acceptor,
             )
+        elif self.node.role == "leader":
+            replica = ShardLeader(
+                shard,
+                config.leader_addresses(),
+                config.partitioner(),
+                self.procedures,
+                config.settings,
+                now_ns=time.monotonic_ns(),
+                followers=[f"{host}:{port}" for _, (host, port) in config.shards[shard].followers],
+                stream_settings=stream_settings,
+                cm_members=cm_members,
+                breaks=breaks,
+            )
+        else:
+            replica = ShardFollower(
+                shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
+                cm_members=cm_members, settings=config.settings,
+                partitioner=config.partitioner(), procedures=self.procedures, breaks=breaks,
+            )
         nexus = Nexus()
         host, port = self.node.rpc
         if config.transport == "rdma":

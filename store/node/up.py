@@ -447,7 +447,8 @@ def format_processes(
     """One line per process of the cluster file: its role now (a follower may have been
     promoted), shard, region, address, pid and metrics endpoint; a follower's lag behind
     its shard's leader, in stream slots (what the leader proposed and it has not accepted)
-    and in watermark (counter values of the leader's watermark it has not applied)."""
+    and in watermark (counter values of the leader's watermark it has not applied); its disk:
+    the records it recovered from its write-ahead log when it started, and the log's size."""
     lag_slots: dict[str, int] = {}
     leader_marks: dict[int, int] = {}
     for status in statuses:
@@ -456,7 +457,7 @@ def format_processes(
             leader_marks[int(status["shard"])] = int(status["watermark"])
     lines = [
         f"{'process':<14} {'role':<9} {'shard':>5} {'region':<7} {'address':<21} {'pid':>7} "
-        f"{'lag':<22} metrics"
+        f"{'lag':<22} {'disk':<26} metrics"
     ]
     for node, status in zip(nodes, statuses, strict=True):
         name = node.name
@@ -477,9 +478,15 @@ def format_processes(
                 )
                 lag = f"{'?' if slots is None else slots} slots, {'?' if behind is None else behind} behind"
         shard = "-" if node.role == "cm" else str(node.shard)
+        disk = status.get("disk")
+        shown_disk = "-" if not disk else (
+            f"{disk['recovered_records']} recovered, {disk['log_bytes'] / 1e6:.1f} MB"
+            + ("" if disk["fsync"] else " NO FSYNC")
+        )
         lines.append(
             f"{name:<14} {status.get('role', '?'):<9} {shard:>5} {node.region:<7} "
-            f"{node.address:<21} {status.get('pid', '-'):>7} {lag:<22} {status.get('metrics') or '-'}"
+            f"{node.address:<21} {status.get('pid', '-'):>7} {lag:<22} {shown_disk:<26} "
+            f"{status.get('metrics') or '-'}"
         )
     return "\n".join(lines)
 
