@@ -1,11 +1,11 @@
 """The microbenchmark on a 3-region cluster: what speculation buys across the wide area.
 
 Two shards; every shard leader in region ``us``, a follower of each in ``eu`` and ``ap``;
-replication between regions goes through ``meridian wan-proxy``. Three configurations are
+replication between regions goes through ``meridian wan-proxy``. Four configurations are
 run in one invocation with the same clients and workload (Mako's microbenchmark, as
 ``bench/micro.py``): round trip 0 ms, 50 ms, and 50 ms with speculation off (Mako's
 "OCC+OR": participants keep locks and hide writes until commit, so certification itself
-waits for replication).
+waits for replication), and 50 ms with fsync off.
 
 Clients run closed loops as Mako's workers do: each issues its next transaction as soon as
 the previous one is certified (``Client.run_pipelined``), and records the committed latency
@@ -30,6 +30,12 @@ Latency percentiles are of the window's certified transactions. Top-level keys:
 ``{certified,committed}_txn_per_s_{rtt0,rtt50,nospec_rtt50}``, ``wan_ratio_{committed,
 certified}`` (rtt50 / rtt0), ``speculation_gain_{committed,certified}`` (rtt50 /
 nospec_rtt50) and the rtt50 run's latency percentiles.
+
+Durability: every run but the last syncs each acceptor's votes to its write-ahead log before
+the messages that follow them (``[cluster] fsync = true``, the default); ``rtt50_nofsync``
+is the rtt50 run with ``fsync = false``. ``fsync_ratio_{certified,committed}`` is rtt50
+over rtt50_nofsync, and ``committed_p50_over_rtt`` the rtt50 committed p50 over the 50 ms
+round trip: what durability costs.
 
 Not measured: the load generator shares the machine with the cluster, and one client
 process (12 coroutines by default) drives every run.
@@ -63,10 +69,22 @@ from store.rpc.aio import new_event_loop  # noqa: E402
 sys.path.insert(0, str(REPO / "bench"))
 from micro import KeyChooser, keys_per_shard, preload  # noqa: E402
 
+# (name, round trip ms, speculation, fsync): every run of one invocation, in order. Every
+# server syncs its acceptor's votes before it answers (the default) except in the last run.
+CONFIGURATIONS = (
+    ("rtt0", 0.0, True, True),
+    ("rtt50", 50.0, True, True),
+    ("nospec_rtt50", 50.0, False, True),
+    ("rtt50_nofsync", 50.0, True, False),
+)
 
-def cluster_file(directory: Path, rtt_ms: float, speculation: bool, port: int) -> Path:
+
+def cluster_file(
+    directory: Path, rtt_ms: float, speculation: bool, port: int, fsync: bool = True
+) -> Path:
     lines = [
         "[cluster]", 'name = "geo-bench"', f'run_dir = "{directory / "run"}"',
+        f"fsync = {'true' if fsync else 'false'}",
         "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 15",
         f"speculation = {'true' if speculation else 'false'}",
         "[client]", "timeout_s = 10.0",
@@ -84,7 +102,7 @@ def cluster_file(directory: Path, rtt_ms: float, speculation: bool, port: int) -
         "[wan]", f"rtt_ms = {rtt_ms}", "jitter_ms = 0.5", f"port_base = {port + 500}",
         f'control = "127.0.0.1:{port + 499}"',
     ]
-    path = directory / f"geo-{int(rtt_ms)}-{int(speculation)}.toml"
+    path = directory / f"geo-{int(rtt_ms)}-{int(speculation)}-{int(fsync)}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -197,10 +215,14 @@ async def drive(config: Any, args: argparse.Namespace, label: str, quiet: bool) 
 
 
 def run_configuration(
-    scratch: Path, rtt_ms: float, speculation: bool, port: int, args: argparse.Namespace, quiet: bool
+    scratch: Path, rtt_ms: float, speculation: bool, fsync: bool, port: int,
+    args: argparse.Namespace, quiet: bool,
 ) -> dict[str, Any]:
-    label = f"rtt {rtt_ms:g} ms" + ("" if speculation else ", no speculation")
-    config = config_module.load(cluster_file(scratch, rtt_ms, speculation, port))
+    label = (
+        f"rtt {rtt_ms:g} ms" + ("" if speculation else ", no speculation")
+        + ("" if fsync else ", no fsync")
+    )
+    config = config_module.load(cluster_file(scratch, rtt_ms, speculation, port, fsync))
     cluster = ProcessCluster(config)
     cluster.start()
     try:
@@ -231,13 +253,12 @@ def main() -> None:
     quiet = args.json and not sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="meridian-geo-") as scratch:
         runs = {}
-        for index, (name, rtt, speculation) in enumerate(
-            (("rtt0", 0.0, True), ("rtt50", 50.0, True), ("nospec_rtt50", 50.0, False))
-        ):
+        for index, (name, rtt, speculation, fsync) in enumerate(CONFIGURATIONS):
             runs[name] = run_configuration(
-                Path(scratch), rtt, speculation, args.base_port + 1000 * index, args, quiet
+                Path(scratch), rtt, speculation, fsync, args.base_port + 1000 * index, args, quiet
             )
     rtt0, rtt50, nospec = runs["rtt0"], runs["rtt50"], runs["nospec_rtt50"]
+    nofsync = runs["rtt50_nofsync"]
 
     def ratio(a: float, b: float, digits: int) -> float:
         return round(a / max(b, 1e-9), digits)
@@ -261,6 +282,16 @@ def main() -> None:
         "speculation_gain_certified": ratio(
             rtt50["certified_txn_per_s"], nospec["certified_txn_per_s"], 2
         ),
+        "certified_txn_per_s_rtt50_nofsync": nofsync["certified_txn_per_s"],
+        "committed_txn_per_s_rtt50_nofsync": nofsync["committed_txn_per_s"],
+        "fsync_ratio_certified": ratio(
+            rtt50["certified_txn_per_s"], nofsync["certified_txn_per_s"], 3
+        ),
+        "fsync_ratio_committed": ratio(
+            rtt50["committed_txn_per_s"], nofsync["committed_txn_per_s"], 3
+        ),
+        "committed_p50_over_rtt": ratio(rtt50["committed_p50_ms"], 50.0, 3),
+        "committed_p50_ms_nofsync": nofsync["committed_p50_ms"],
         "committed_p50_ms": rtt50["committed_p50_ms"],
         "committed_p99_ms": rtt50["committed_p99_ms"],
         "certified_p50_ms": rtt50["certified_p50_ms"],
@@ -289,6 +320,12 @@ def main() -> None:
             f"{run['rolled_back']}, commit errors {run['commit_errors']}, no answer "
             f"{run['uncommitted_after_drain']}); certification errors {run['errors']}"
         )
+    print(
+        f"  fsync on / off at 50 ms: certified {result['fsync_ratio_certified']}, committed "
+        f"{result['fsync_ratio_committed']}; committed p50 {result['committed_p50_ms']:.1f} ms "
+        f"= {result['committed_p50_over_rtt']} x the round trip (no fsync: "
+        f"{result['committed_p50_ms_nofsync']:.1f} ms)"
+    )
     print(
         f"  committed: wan_ratio {result['wan_ratio_committed']}  speculation_gain "
         f"{result['speculation_gain_committed']}   (certified: wan_ratio "
