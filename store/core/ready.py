@@ -20,3 +20,9 @@ class Ready:
     # Records of the replica's Paxos acceptor (``StreamReady.persist``): written and synced
     # to stable storage BEFORE any of ``messages`` is sent. A host without a disk drops them.
     persist: list[object] = field(default_factory=list)
+    # Whether ``messages`` (and every later message) must wait for ``persist``'s sync; a
+    # leader whose records are only its own votes, counted after their sync, says no.
+    hold: bool = True
+    # Whether the replica's ``synced(now_ns)`` is to be called once ``persist`` is on disk
+    # (once per such Ready, in order; at once by a host without a disk).
+    wants_synced: bool = False

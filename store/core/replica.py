@@ -341,9 +341,25 @@ class ShardLeader:
                 wake_at = deadline
         successor, self._successor = self._successor, None
         persist, self._persist = self._persist, []
-        if self.stream is not None:
-            persist += self.stream.acceptor.take_persist()
-        return Ready(messages, wake_at, successor, persist)
+        stream = self.stream
+        if stream is None:
+            return Ready(messages, wake_at, successor, persist)
+        persist += stream.acceptor.take_persist()
+        return Ready(messages, wake_at, successor, persist, stream.take_hold(), stream.seal_votes())
+
+    def synced(self, now_ns: int) -> None:
+        """The records of a Ready that wanted it are on disk (the stream's own votes in it
+        count now)."""
+        self._now_ns = self.coordinator.now_ns = now_ns
+        if self.stream is None:
+            return  # retired: the votes went with the stream
+        self.stream.synced(now_ns)
+        self._pump_stream()
+        self._refresh_watermark()
+        if self.coordinator.held:
+            self.coordinator.release_held()
+        if self._probe is not None:
+            self._report_watermark()
 
     # ---- leases (docs/recovery.md "Stale reads") -------------------------------------------
 

@@ -36,7 +36,11 @@ messages to send and when to wake it. The host gives it the world:
   state it follows from could still be lost. Replies to peer requests wait too (their
   tokens are answered at once, their bytes sent on release). With no sync pending,
   messages go out at once. One sync covers every record written before it started
-  (group commit); records written while it runs wait for the next.
+  (group commit); records written while it runs wait for the next. A shard leader's own
+  votes are the exception (``Ready.hold`` false): with a disk the host sets its stream's
+  ``votes_after_sync``, and the votes count only when the host calls ``synced`` for the
+  Ready that carried their records (``Ready.wants_synced``), so nothing the leader sends
+  waits for its disk; only the choice of a slot does.
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
 * **Promotion and retirement.** A replica whose ``Ready`` names a ``successor`` (a follower
   the cluster map made its shard's leader, or a retired leader that becomes a follower
@@ -129,7 +133,10 @@ class ReplicaHost:
         self._written = 0
         self._synced = 0
         self._syncing = 0
+        self._hold_through = 0  # the last write whose sync messages must wait for
         self._held: deque[tuple[int, list[tuple[Any, Message]]]] = deque()
+        # Writes whose sync the replica that made them is to hear of (Ready.wants_synced).
+        self._sync_waiters: dict[int, Replica] = {}
         self.rpc = rpc
         self.timers = timers
         self._peer_address = peer_address
@@ -322,18 +329,31 @@ class ReplicaHost:
 
     def _flush(self) -> None:
         self.counters["flushes"] += 1
-        ready = self.replica.ready()
+        replica = self.replica
         durable = self._durable
+        if durable is not None and isinstance(replica, ShardLeader) and replica.stream is not None:
+            replica.stream.votes_after_sync = True  # its own votes count once on disk
+        ready = replica.ready()
+        synced_now = ready.wants_synced
         if durable is not None and ready.persist:
             durable.write(ready.persist)  # type: ignore[arg-type]
             self._written += 1
+            if ready.hold:
+                self._hold_through = self._written
+            if synced_now:
+                self._sync_waiters[self._written] = replica
+                synced_now = False
             if not self._syncing:
                 self._start_sync()
-        if self._written > self._synced:
+        if self._hold_through > self._synced or self._held:
             if ready.messages:
                 self._hold(ready.messages)
         else:
             self._send(ready.messages)
+        if synced_now:  # nothing to wait for: no disk, or no record
+            replica.synced(self.timers.clock_ns())  # type: ignore[union-attr]
+            self._flush()
+            return
         wake_at = ready.wake_at
         if ready.successor is not None:
             assert isinstance(ready.successor, ShardLeader | ShardFollower), ready.successor
@@ -380,7 +400,7 @@ class ReplicaHost:
             else:
                 kept.append((dst, message))
         self.counters["held_messages"] += len(kept)
-        self._held.append((self._written, kept))
+        self._held.append((self._hold_through, kept))
 
     def _start_sync(self) -> None:
         assert self._durable is not None
@@ -389,20 +409,29 @@ class ReplicaHost:
         self._durable.sync(lambda: self._on_synced(covers))
 
     def _on_synced(self, covers: int) -> None:
-        """Everything up to write ``covers`` is durable: the messages that followed it go."""
+        """Everything up to write ``covers`` is durable: the messages that waited for it go,
+        then the replicas that asked hear of it."""
         if self.failure is not None:
             return
         assert covers == self._syncing and covers > self._synced, (covers, self._syncing)
-        self._synced = covers
+        previous, self._synced = self._synced, covers
         self._syncing = 0
         held = self._held
         try:
             while held and held[0][0] <= covers:
                 self._send(held.popleft()[1])
+            told = False
+            for write in range(previous + 1, covers + 1):
+                replica = self._sync_waiters.pop(write, None)
+                if replica is not None and replica is self.replica:
+                    replica.synced(self.timers.clock_ns())  # type: ignore[union-attr]
+                    told = True
+            if told:
+                self._flush()
         except Exception as exc:
             self._fail(exc)
             return
-        if self._written > self._synced:
+        if self._written > self._synced and not self._syncing:
             self._start_sync()
 
     def _answer_client(self, client_id: str, outcome: Outcome) -> None:

@@ -126,7 +126,7 @@ class ProcessCluster:
             print(
                 f"a new cluster: the write-ahead logs of the previous run ({', '.join(moved)}) "
                 f"are in {self.config.data_root() / 'previous-run'}",
-                flush=True,
+                file=sys.stderr, flush=True,
             )
         for node in self.config.nodes():
             if node in self.remote:

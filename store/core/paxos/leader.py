@@ -37,6 +37,14 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
 * **INF.** ``append_inf`` closes the open batch and queues an INF marker: the end of an
   epoch on this stream (DESIGN.md §5 step 3). Appends after it belong to the next epoch.
 
+Own votes. This region's acceptor is called directly. Its records (``ready().persist``) must
+be on disk before anything that counts on them leaves the process. By default its vote
+counts at once, and ``take_hold()`` says the messages must wait for the sync. With
+``votes_after_sync`` (set by a host with a disk) the vote counts only when the host calls
+``synced`` for the group of votes ``seal_votes`` closed with that ready(): a slot is chosen
+by votes that are all on disk, so nothing the leader does waits for its own disk but the
+choice itself (its Accepts go out at once).
+
 The leader's own region is one acceptor among ``len(peers) + 1``; a majority of regions is
 ``(len(peers) + 1) // 2 + 1``.
 """
@@ -121,6 +129,13 @@ class StreamLeader:
         self.settings = settings
         self.quorum = (len(self.peers) + 1) // 2 + 1
         self.acceptor = acceptor if acceptor is not None else Acceptor(stream, settings)
+        # Durability (module doc, "Own votes"): with votes_after_sync (the host has a disk),
+        # this region's vote on a slot counts only once the host says its record is synced;
+        # else it counts at once, and the records it left must hold the messages back.
+        self.votes_after_sync = False
+        self._votes_unsealed: list[Accepted] = []
+        self._vote_groups: deque[list[Accepted]] = deque()
+        self._hold = False  # records whose effect counted at once since take_hold()
         self.counters_in_order = counters_in_order
         self.epoch = epoch
         # Holes found by phase 1 are of the epoch the stream was in when it was taken over,
@@ -260,7 +275,8 @@ class StreamLeader:
         elif isinstance(message, Fetch):
             self._on_fetch(src, message)
         elif isinstance(message, (Prepare, Accept)):
-            # Another leader addresses this region's acceptor.
+            # Another leader addresses this region's acceptor: its answer waits for its record.
+            self._hold = True
             self.acceptor.handle(now_ns, src, message)
             self._outbox.extend(self.acceptor.ready(keep_persist=True).messages)
             if self.acceptor.promised > self.ballot:
@@ -305,7 +321,9 @@ class StreamLeader:
     # ---- phase 1 -----------------------------------------------------------------------
 
     def _start_phase1(self, now_ns: int) -> None:
-        # This region's acceptor first, directly, piece by piece.
+        # This region's acceptor first, directly, piece by piece. Its promise counts at
+        # once: the Prepares wait for its record, so no other promise can join it before.
+        self._hold = True
         from_slot = self.first_slot
         while True:
             reply = self.acceptor.prepare(Prepare(self.stream, self.ballot, from_slot))
@@ -449,7 +467,33 @@ class StreamLeader:
         if isinstance(reply, Reject):
             self._depose(reply.promised)
             return
-        self._on_accepted(now_ns, self.address, reply)
+        if self.votes_after_sync:
+            self._votes_unsealed.append(reply)
+        else:
+            self._hold = True
+            self._on_accepted(now_ns, self.address, reply)
+
+    # ---- own votes and the disk (module doc) -----------------------------------------
+
+    def take_hold(self) -> bool:
+        """Whether records handed out since the last call had their effect counted at once
+        (the messages of the same ready() must wait for their sync)."""
+        hold, self._hold = self._hold, False
+        return hold
+
+    def seal_votes(self) -> bool:
+        """Closes the group of own votes whose records the caller's ready() hands out;
+        ``synced`` counts the oldest group not yet counted. False: no vote to seal."""
+        if not self._votes_unsealed:
+            return False
+        self._vote_groups.append(self._votes_unsealed)
+        self._votes_unsealed = []
+        return True
+
+    def synced(self, now_ns: int) -> None:
+        """The records of the oldest sealed group are on disk: those votes count now."""
+        for reply in self._vote_groups.popleft():
+            self._on_accepted(now_ns, self.address, reply)
 
     def _on_accepted(self, now_ns: int, src: str, message: Accepted) -> None:
         if message.ballot != self.ballot or self.phase is not Phase.LEADING:
