@@ -201,6 +201,7 @@ class ShardLeader:
                 shard, self.address, list(followers), Ballot(ballot_round, self.address),
                 stream_settings, now_ns=now_ns,
             )
+            self.stream.break_own_vote = "own-vote" in breaks
             self._pump_stream()
         self._gossip_at = now_ns + settings.gossip_interval_ns
         self._gossip_next = 0
@@ -567,6 +568,7 @@ class ShardLeader:
             first_slot=takeover.first_slot, known_chosen=takeover.known_chosen,
             epoch=epoch - 1, skip_phase1=self._break_takeover,
         )
+        stream.break_own_vote = "own-vote" in self._breaks
         stream.append_inf(now_ns)
         stream.set_epoch(epoch)
         self.stream = stream

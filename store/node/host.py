@@ -28,19 +28,20 @@ messages to send and when to wake it. The host gives it the world:
   (its ``REPLIES``). A lost request is no concern
   here: the coordinator retransmits on its own timer. Paxos messages go to the stream
   transport (gRPC between regions in production, the simulated network in the simulator).
-* **Disk.** A ``Ready``'s ``persist`` records (the acceptor's promises and votes) go to the
-  host's ``durable`` (the server's write-ahead log, the simulator's disk) and are synced
-  before any message of the same ``ready()`` leaves, and the messages of every later one
-  wait behind them, in order (etcd/raft's rule): no Accepted, no Commit counting this
-  replica's own vote, no answer to a client, no watermark gossip goes out while the
-  state it follows from could still be lost. Replies to peer requests wait too (their
-  tokens are answered at once, their bytes sent on release). With no sync pending,
-  messages go out at once. One sync covers every record written before it started
-  (group commit); records written while it runs wait for the next. A shard leader's own
-  votes are the exception (``Ready.hold`` false): with a disk the host sets its stream's
-  ``votes_after_sync``, and the votes count only when the host calls ``synced`` for the
-  Ready that carried their records (``Ready.wants_synced``), so nothing the leader sends
-  waits for its disk; only the choice of a slot does.
+* **Disk.** A ``Ready``'s ``persist`` records (an acceptor's promises and votes) go to the
+  host's ``durable`` (the server's write-ahead log, the simulator's disk). Paxos messages
+  are what report them (a Promise, an Accepted, a Reject naming a promise): those of a
+  ``ready()`` whose records hold (``Ready.hold``) wait until the records are synced, and
+  every later Paxos message waits behind them, in order (etcd/raft's rule, applied to the
+  messages that carry acceptor state). Everything else a replica sends derives from
+  chosen slots, that is from votes already on disk in a majority, and goes at once: a
+  follower's snapshot replies and state pieces, a leader's 2PC replies. A shard leader's
+  own votes are the one piece of acceptor state it acts on itself: with a disk the host
+  sets its stream's ``votes_after_sync``, its records do not hold (``hold`` false), and the
+  votes count only when the host calls ``synced`` for the Ready that carried them
+  (``Ready.wants_synced``): so a slot is chosen, and a client told COMMITTED, only by
+  votes on disk. One sync at a time; it covers every record written before it started
+  (group commit); records written while it runs wait for the next.
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
 * **Promotion and retirement.** A replica whose ``Ready`` names a ``successor`` (a follower
   the cluster map made its shard's leader, or a retired leader that becomes a follower
@@ -91,15 +92,6 @@ class Timers(Protocol):
     def call_at(self, when_ns: int, callback: Callable[[], None]) -> TimerHandle: ...
 
 
-class _HeldReply:
-    """A reply held behind a sync: the handle of the request it answers."""
-
-    __slots__ = ("handle",)
-
-    def __init__(self, handle: ReqHandle) -> None:
-        self.handle = handle
-
-
 class Durable(Protocol):
     """Stable storage for a replica's acceptor records: ``write`` them (in order), and
     ``sync``: make everything written so far durable, then call ``done`` (on the host's
@@ -134,7 +126,7 @@ class ReplicaHost:
         self._synced = 0
         self._syncing = 0
         self._hold_through = 0  # the last write whose sync messages must wait for
-        self._held: deque[tuple[int, list[tuple[Any, Message]]]] = deque()
+        self._held: deque[tuple[int, list[tuple[str, Message]]]] = deque()
         # Writes whose sync the replica that made them is to hear of (Ready.wants_synced).
         self._sync_waiters: dict[int, Replica] = {}
         self.rpc = rpc
@@ -368,11 +360,9 @@ class ReplicaHost:
             self._timer_at = wake_at
             self._timer = self.timers.call_at(wake_at, self._on_timer)
 
-    def _send(self, messages: list[tuple[Any, Message]]) -> None:
+    def _send(self, messages: list[tuple[str, Message]]) -> None:
         for dst, message in messages:
-            if isinstance(dst, _HeldReply):  # its request's handle (``_hold``)
-                self.rpc.enqueue_response(dst.handle, codec.encode(message))
-            elif dst.startswith(CLIENT_PREFIX):
+            if dst.startswith(CLIENT_PREFIX):
                 assert isinstance(message, Outcome), message
                 self._answer_client(dst[len(CLIENT_PREFIX) :], message)
             elif dst.startswith(PEER_REPLY_PREFIX):
@@ -388,19 +378,14 @@ class ReplicaHost:
     # ---- the disk (module doc) ------------------------------------------------------------
 
     def _hold(self, messages: list[tuple[str, Message]]) -> None:
-        """Keeps ``messages`` until everything written so far is synced. A reply to a peer
-        request is taken from its token now (the replica answered within its handle call,
-        as the reply rule asks) and sent on release."""
-        kept: list[tuple[Any, Message]] = []
-        for dst, message in messages:
-            if dst.startswith(PEER_REPLY_PREFIX):
-                handle = self._peer_replies.pop(dst, None)
-                assert handle is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
-                kept.append((_HeldReply(handle), message))
-            else:
-                kept.append((dst, message))
-        self.counters["held_messages"] += len(kept)
-        self._held.append((self._hold_through, kept))
+        """Sends what does not wait (module doc) and keeps the Paxos messages until every
+        record that holds them is synced."""
+        kept = [(dst, m) for dst, m in messages if isinstance(m, PaxosMessage)]
+        if len(kept) < len(messages):
+            self._send([(dst, m) for dst, m in messages if not isinstance(m, PaxosMessage)])
+        if kept:
+            self.counters["held_messages"] += len(kept)
+            self._held.append((self._hold_through, kept))
 
     def _start_sync(self) -> None:
         assert self._durable is not None

@@ -23,7 +23,7 @@ from store.core.cm import ConfigMember
 from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
 from store.core.partition import Partitioner
-from store.core.paxos import DEFAULT_STREAM_SETTINGS, Acceptor, PaxosMessage, StreamSettings
+from store.core.paxos import DEFAULT_STREAM_SETTINGS, PaxosMessage, StreamSettings
 from store.core.replica import Probe, ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.txn import Procedures
@@ -127,14 +127,9 @@ class SimServer:
         request_bytes_max: int,
         on_fatal: Callable[[str, BaseException], None],
         disk: SimDisk | None = None,
-        stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
     ) -> None:
         self.sim = sim
         self.disk = disk
-        self.stream_settings = stream_settings
-        # With a disk: the acceptor this process left on it when it crashed (what counts
-        # of its votes from then on; ``SimCluster.acceptors``).
-        self.acceptor_on_disk: Acceptor | None = None
         self.network = network
         self.replica = replica
         self.address = replica.address
@@ -175,11 +170,8 @@ class SimServer:
         self.host.close()
         self.rpc.crash()
         self.network.crash(self.address)
-        replica = self.host.replica
         if self.disk is not None:
             self.disk.crash()
-            if isinstance(replica, ShardLeader | ShardFollower):
-                self.acceptor_on_disk = self.disk.recover(replica.shard, self.stream_settings)
 
 
 class SimCluster:
@@ -200,12 +192,13 @@ class SimCluster:
         probe: Probe | None = None,
         stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
         rpc_settings: RpcSettings = MERIDIAN_RPC_SETTINGS,
-        disk_sync_ns: int | None = None,
+        disk_sync_ns: Sequence[int] | None = None,
     ) -> None:
         self.sim = sim
         self.network = network
-        # With a sync latency: every process has a disk (store.sim.disk), kept across its
-        # crashes; a restarted process recovers its acceptor from it.
+        # With sync latencies: every process has a disk (store.sim.disk), kept across its
+        # crashes, whose latency is drawn from them; a restarted process recovers its
+        # acceptor from it.
         self.disk_sync_ns = disk_sync_ns
         self.disks: dict[str, SimDisk] = {}
         self.partitioner = partitioner or Partitioner(shards)
@@ -264,7 +257,8 @@ class SimCluster:
             disk = self.disks.get(replica.address)
             if disk is None:
                 disk = self.disks[replica.address] = SimDisk(
-                    self.sim, self.disk_sync_ns, lies="fsync" in self.breaks
+                    self.sim, self.sim.rng.choice(self.disk_sync_ns),
+                    lies="fsync" in self.breaks,
                 )
         self.servers.append(
             SimServer(
@@ -273,7 +267,6 @@ class SimCluster:
                 request_bytes_max=self.settings.request_bytes_max,
                 on_fatal=self._record_fatal,
                 disk=disk,
-                stream_settings=self.stream_settings,
             )
         )
 
@@ -327,24 +320,25 @@ class SimCluster:
     def acceptors(self, shard: int) -> list[Any]:
         """Every acceptor of ``shard``'s stream whose votes count (``DurabilityOracle``).
         Without disks: every process's, a crashed one's as it was then (what it accepted
-        counted then). With disks: per address, the running process's, or the acceptor the
-        crashed one left on its disk (a restarted process starts from it: earlier ones of
-        the address are in it). An object that changed hands (a promoted follower's
-        acceptor is its leader's) counts once."""
+        counted then). With disks: per address, what its disk holds (``SimDisk.acceptor``),
+        running or not: a vote counts once it is synced, which is what "committed" promises.
+        An object that changed hands (a promoted follower's acceptor is its leader's)
+        counts once."""
         found: list[Any] = []
-        latest = {server.address: server for server in self.servers}
+        disks_seen: set[str] = set()
         for server in self.servers:
             replica = server.host.replica
             if not isinstance(replica, ShardLeader | ShardFollower) or replica.shard != shard:
                 continue
+            if server.disk is not None:
+                if server.address not in disks_seen:
+                    disks_seen.add(server.address)
+                    if server.disk.acceptor is not None:
+                        found.append(server.disk.acceptor)
+                continue
             if replica.stream is None:
                 continue
             acceptor = replica.stream.acceptor
-            if server.disk is not None:
-                if latest[server.address] is not server:
-                    continue
-                if server.crashed and server.acceptor_on_disk is not None:
-                    acceptor = server.acceptor_on_disk
             if all(acceptor is not seen for seen in found):
                 found.append(acceptor)
         return found

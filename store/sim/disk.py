@@ -33,6 +33,17 @@ class SimDisk:
         self._crashes = 0  # a sync started before a crash does not complete after it
         self.syncs = 0
         self.lost_records = 0
+        # The acceptor the synced records make, kept up to date: what a restart would
+        # rebuild, and what counts of this process's votes (SimCluster.acceptors).
+        self.acceptor: Acceptor | None = None
+
+    def _made_durable(self, data: list[bytes]) -> None:
+        self.synced.extend(data)
+        for item in data:
+            record = decode(item)
+            if self.acceptor is None:
+                self.acceptor = Acceptor(record.stream)
+            self.acceptor.apply(record)
 
     def write(self, records: list[PaxosMessage]) -> None:
         self._unsynced.extend(encode(record) for record in records)
@@ -48,7 +59,7 @@ class SimDisk:
         def durable() -> None:
             if crashes != self._crashes:
                 return
-            self.synced.extend(self._unsynced[:count])
+            self._made_durable(self._unsynced[:count])
             del self._unsynced[:count]
             done()
 
@@ -57,7 +68,7 @@ class SimDisk:
     def crash(self) -> None:
         """The power goes: a random prefix of what was not synced survives."""
         kept = self.sim.rng.randrange(len(self._unsynced) + 1) if self._unsynced else 0
-        self.synced.extend(self._unsynced[:kept])
+        self._made_durable(self._unsynced[:kept])
         self.lost_records += len(self._unsynced) - kept
         self._unsynced.clear()
         self._crashes += 1

@@ -54,9 +54,10 @@ SIM_TRANSFER_PIECE_BYTES = 512
 # paths of accepted-but-unannounced slots (``--break takeover`` is caught by 2 of 40 seeds
 # with only the defaults, by 13 of 40 with only 10 ms).
 SIM_IDLE_INTERVALS_NS = (100 * MS, 10 * MS)
-# With --disk, a sync's latency, drawn per seed: a fast NVMe drive, this machine's disk
-# (about 0.15 ms per fsync), a slow or busy one.
-SIM_SYNC_LATENCIES_NS = (20 * US, 150 * US, 2 * MS, 10 * MS)
+# With --disk, a sync's latency, drawn per process's disk: a fast NVMe drive, this machine's
+# disk (about 0.15 ms per fsync), a slow one, a busy one, one behind a saturated controller
+# (slower than a wide-area round trip: a leader's own vote is then the last to be durable).
+SIM_SYNC_LATENCIES_NS = (20 * US, 150 * US, 2 * MS, 10 * MS, 80 * MS)
 
 
 @dataclass
@@ -141,9 +142,9 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     # Drawn from the seed apart from the simulator's own generator, so the draw does not
     # shift the rest of the schedule.
     idle_ns = SIM_IDLE_INTERVALS_NS[random.Random(seed ^ 0x1D1E).randrange(2)]
-    sync_ns = random.Random(seed ^ 0xD15C).choice(SIM_SYNC_LATENCIES_NS) if options.disk else None
-    if options.break_step == "fsync" and not options.disk:
-        raise ValueError("--break fsync needs --disk")
+    sync_ns = SIM_SYNC_LATENCIES_NS if options.disk else None
+    if options.break_step in ("fsync", "own-vote") and not options.disk:
+        raise ValueError(f"--break {options.break_step} needs --disk")
     sim = Simulator(seed)
     network = Network(sim, options.faults())
     partitioner = Partitioner(options.shards)

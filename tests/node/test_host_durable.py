@@ -142,18 +142,33 @@ def test_without_a_disk_messages_go_at_once() -> None:
     assert sent == [("a", _accepted(1))]
 
 
-def test_a_held_reply_to_a_peer_request_is_answered_in_time_and_sent_on_release() -> None:
+def test_what_reports_no_acceptor_state_goes_at_once_while_a_sync_is_pending() -> None:
+    """A reply to a peer request (2PC, a snapshot read, a state piece) derives from chosen
+    slots, on disk in a majority already: it does not wait for this replica's disk."""
     disk = _Disk()
-    host, replica, _, failures = _host(disk)
-    _step(host, replica, Ready([], persist=[_record(1)]))
+    host, replica, sent, failures = _host(disk)
+    _step(host, replica, Ready([("leader/0", _accepted(1))], persist=[_record(1)]))
     token = f"{PEER_REPLY_PREFIX}1"
     reply = Outcome(1, Status.INVALID, None, EMPTY, "a reply")
     replica.script.append(Ready([(token, reply)]))
     host._answer_synchronously("request-handle", _record(1))  # type: ignore[arg-type]
-    assert failures == [] and host.rpc.responses == []  # type: ignore[attr-defined]
-    disk.finish()
+    assert failures == [] and sent == []
     assert host.rpc.responses == [("request-handle", codec.encode(reply))]  # type: ignore[attr-defined]
-    assert failures == []
+    disk.finish()
+    assert sent == [("leader/0", _accepted(1))]
+
+
+def test_a_leaders_own_votes_hold_nothing_and_count_once_synced() -> None:
+    """Ready.hold false, wants_synced: messages go at once; the replica hears of the sync."""
+    disk = _Disk()
+    host, replica, sent, _ = _host(disk)
+    told: list[int] = []
+    replica.synced = told.append  # type: ignore[attr-defined]
+    _step(host, replica, Ready([("eu/0", _accepted(1))], persist=[_record(1)], hold=False,
+                               wants_synced=True))
+    assert sent == [("eu/0", _accepted(1))] and told == []
+    disk.finish()
+    assert told == [0]
 
 
 def test_a_sync_that_ends_after_the_host_failed_sends_nothing() -> None:

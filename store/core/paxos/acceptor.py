@@ -117,17 +117,23 @@ class Acceptor:
         its highest promise, and for each slot the value accepted at the highest ballot."""
         acceptor = cls(stream, settings)
         for record in records:
-            assert record.stream == stream, "a record of another stream"
-            if isinstance(record, Prepare):
-                acceptor.promised = max(acceptor.promised, record.ballot)
-            elif isinstance(record, Accept):
-                acceptor.promised = max(acceptor.promised, record.ballot)
-                held = acceptor._accepted.get(record.slot)
-                if held is None or held[0] <= record.ballot:
-                    acceptor._accepted[record.slot] = (record.ballot, record.entry)
-            else:
-                raise AssertionError(f"not an acceptor record: {record!r}")
+            acceptor.apply(record)
         return acceptor
+
+    def apply(self, record: PaxosMessage) -> None:
+        """Adds one durable record (``take_persist``'s) to this acceptor's state, as recovery
+        does: a promise raises ``promised``; a vote is kept unless the slot holds a higher
+        ballot's."""
+        assert record.stream == self.stream, "a record of another stream"
+        if isinstance(record, Prepare):
+            self.promised = max(self.promised, record.ballot)
+        elif isinstance(record, Accept):
+            self.promised = max(self.promised, record.ballot)
+            held = self._accepted.get(record.slot)
+            if held is None or held[0] <= record.ballot:
+                self._accepted[record.slot] = (record.ballot, record.entry)
+        else:
+            raise AssertionError(f"not an acceptor record: {record!r}")
 
     def _silent(self, message: Prepare | Accept) -> bool:
         if isinstance(message, Prepare) and not self.voting:

@@ -133,6 +133,7 @@ class StreamLeader:
         # this region's vote on a slot counts only once the host says its record is synced;
         # else it counts at once, and the records it left must hold the messages back.
         self.votes_after_sync = False
+        self.break_own_vote = False  # --break own-vote: count it at once all the same
         self._votes_unsealed: list[Accepted] = []
         self._vote_groups: deque[list[Accepted]] = deque()
         self._hold = False  # records whose effect counted at once since take_hold()
@@ -467,8 +468,10 @@ class StreamLeader:
         if isinstance(reply, Reject):
             self._depose(reply.promised)
             return
-        if self.votes_after_sync:
+        if self.votes_after_sync and not self.break_own_vote:
             self._votes_unsealed.append(reply)
+        elif self.votes_after_sync:
+            self._on_accepted(now_ns, self.address, reply)  # the mutant: no hold either
         else:
             self._hold = True
             self._on_accepted(now_ns, self.address, reply)
