@@ -380,7 +380,7 @@ class ReplicaHost:
     def _hold(self, messages: list[tuple[str, Message]]) -> None:
         """Sends what does not wait (module doc) and keeps the Paxos messages until every
         record that holds them is synced."""
-        kept = [(dst, m) for dst, m in messages if isinstance(m, PaxosMessage)]
+        kept: list[tuple[str, Message]] = [(d, m) for d, m in messages if isinstance(m, PaxosMessage)]
         if len(kept) < len(messages):
             self._send([(dst, m) for dst, m in messages if not isinstance(m, PaxosMessage)])
         if kept:
