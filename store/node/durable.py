@@ -52,6 +52,12 @@ class WalDurable:
         self._segment_bytes_max = SEGMENT_BYTES_MAX
         # One thread: syncs run one at a time anyway (the host starts the next when one ends).
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="meridian-fsync")
+        # Compaction: a stream's log past ``compact_bytes`` is rewritten as a checkpoint of
+        # its acceptor (``checkpoint(stream)``, set by the server; None: never).
+        self.compact_bytes = 0
+        self.checkpoint: Callable[[int], list[PaxosMessage] | None] | None = None
+        self._written_since: dict[int, int] = {}
+        self.compactions = 0
         self.records_written = 0
         self.syncs = 0
         self.sync_ns_total = 0
@@ -111,6 +117,24 @@ class WalDurable:
             self._log(record.stream).append(encode(record))
             self._dirty.add(record.stream)
         self.records_written += len(records)
+        if self.compact_bytes and self.checkpoint is not None:
+            for stream in {record.stream for record in records}:
+                wal = self._logs[stream]
+                if wal.bytes_written - self._written_since.get(stream, 0) > self.compact_bytes:
+                    self._compact(stream, wal)
+
+    def _compact(self, stream: int, wal: Wal) -> None:
+        """Rewrites the stream's log as its acceptor's checkpoint (synced before the old
+        segments go), so the log holds what the acceptor still keeps: its promise and the
+        last ``log_retained_slots`` values, not every vote since the start."""
+        assert self.checkpoint is not None
+        records = self.checkpoint(stream)
+        if records is None:
+            return
+        wal.rewrite([encode(record) for record in records])
+        self._dirty.discard(stream)  # the rewrite synced everything
+        self._written_since[stream] = wal.bytes_written
+        self.compactions += 1
 
     def sync(self, done: Callable[[], None]) -> None:
         dirty, self._dirty = self._dirty, set()

@@ -138,6 +138,8 @@ class ShardServer:
             self.durable, recovered = WalDurable.open(
                 directory, loop, fsync=config.fsync, on_fatal=on_fatal
             )
+            self.durable.compact_bytes = config.log_bytes_max // 2
+            self.durable.checkpoint = self._checkpoint
             records = recovered.get(shard, [])
             self.recovered_records = len(records)
             if records:
@@ -292,6 +294,14 @@ class ShardServer:
     def replica(self) -> ShardLeader | ShardFollower | ConfigMember:
         return self.host.replica
 
+    def _checkpoint(self, stream: int) -> list[PaxosMessage] | None:
+        """The acceptor of ``stream`` as it is, for a log's compaction (None: not hosted)."""
+        paxos = getattr(self.host.replica, "stream", None)
+        if paxos is None or paxos.acceptor.stream != stream:
+            return None
+        records: list[PaxosMessage] = paxos.acceptor.checkpoint()
+        return records
+
     def _disk_status(self) -> dict[str, Any] | None:
         durable = self.durable
         if durable is None:
@@ -304,6 +314,7 @@ class ShardServer:
             "syncs": durable.syncs,
             "sync_ms_mean": round(durable.sync_ns_total / durable.syncs / 1e6, 3) if durable.syncs else 0.0,
             "log_bytes": durable.disk_bytes(),
+            "compactions": durable.compactions,
         }
 
     def _metrics_url(self) -> str:

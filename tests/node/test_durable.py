@@ -119,3 +119,35 @@ def test_a_record_filed_under_another_stream_is_corruption(tmp_path: Path) -> No
 
     with pytest.raises(WalCorrupt, match="belongs to stream 0"):
         asyncio.run(reopen())
+
+
+def test_a_log_past_its_bound_is_rewritten_as_the_acceptors_checkpoint(tmp_path: Path) -> None:
+    """Votes for 3,000 slots, the acceptor keeping the last 100 (forget_before, as the
+    replicas do): the log stays under its bound, and reopening it rebuilds the acceptor
+    as it is (its promise, the values it keeps), not as it once was."""
+    acceptor = Acceptor(0)
+    sizes: list[int] = []
+
+    async def main() -> None:
+        durable, _ = WalDurable.open(tmp_path, asyncio.get_running_loop(), on_fatal=print)
+        durable.compact_bytes = 16 << 10
+        durable.checkpoint = lambda stream: acceptor.checkpoint()
+        durable.write([Prepare(0, OLD, 0)])
+        acceptor.promised = OLD
+        for slot in range(3000):
+            acceptor.accept(Accept(0, OLD, slot, _entry(slot + 1), 0))
+            acceptor.forget_before(slot - 100)
+            durable.write(acceptor.take_persist())
+            sizes.append(durable.disk_bytes())
+        assert durable.compactions > 5
+        durable.close()
+
+    asyncio.run(main())
+    one_vote = len(encode(Accept(0, OLD, 2999, _entry(3000), 0))) + 12
+    assert max(sizes) < (16 << 10) + 110 * one_vote, max(sizes)
+    _, recovered = _run(tmp_path, [])
+    again = Acceptor.recover(0, recovered[0])
+    assert again.promised == OLD
+    assert again.accepted(2999) is not None and again.accepted(2899) is not None
+    assert again.accepted(100) is None  # forgotten before the last rewrite
+    assert again.accepted_count() <= 101 + (16 << 10) // one_vote

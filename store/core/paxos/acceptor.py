@@ -135,6 +135,16 @@ class Acceptor:
         else:
             raise AssertionError(f"not an acceptor record: {record!r}")
 
+    def checkpoint(self) -> list[PaxosMessage]:
+        """Records that rebuild this acceptor's state as it is (``recover``): its promise and
+        every value it still holds. A log may replace all its records by these."""
+        records: list[PaxosMessage] = []
+        if self.promised > ZERO_BALLOT:
+            records.append(Prepare(self.stream, self.promised, 0))
+        for slot, (ballot, entry) in self._accepted.items():
+            records.append(Accept(self.stream, ballot, slot, entry, 0))
+        return records
+
     def _silent(self, message: Prepare | Accept) -> bool:
         if isinstance(message, Prepare) and not self.voting:
             return True
