@@ -24,6 +24,10 @@ returns, per key, the newest version whose clock is at or below ``vw``.
 Snapshots cover the keys of this shard. A snapshot across shards needs one vector that
 every follower involved can serve consistently; that is not built yet (docs/design.md).
 
+Falling far behind. A follower whose gap is larger than what the leader keeps
+(``log_retained_slots``) cannot fetch it; it copies a live replica's state the way a
+rejoining replica does, keeping its acceptor (``_check_far_behind``).
+
 Rejoining (docs/recovery.md). A replica restarted with its memory gone is built with
 ``rejoining=True``. It heartbeats to the configuration manager as REJOINING (neither a live
 leader nor a candidate) and waits for a map that names another replica its shard's leader;
@@ -144,6 +148,8 @@ class ShardFollower:
         self._kept_acceptor = acceptor is not None
         self.transfers_started = 0
         self.transfer_bytes = 0
+        self.catch_ups = 0  # copies started because it fell too far behind (_check_far_behind)
+        self._catch_up_from: str | None = None
         self._state_server = StateServer(
             shard, settings.transfer_piece_bytes, 4 * settings.transfer_retry_ns
         )
@@ -164,6 +170,7 @@ class ShardFollower:
             self._pump()
             if not self.stream.acceptor.voting:
                 self._check_voting(now_ns, src, message)
+            self._check_far_behind(now_ns)
         elif isinstance(message, SnapshotRead) and not self.rejoining:
             self._outbox.append((src, self.snapshot(message)))
         elif isinstance(message, ConfigReply):
@@ -352,13 +359,17 @@ class ShardFollower:
         ``transfer_retry_ns``."""
         self._transfer_deadline = now_ns + self.settings.transfer_retry_ns
         cluster_map = self.map
-        if cluster_map is None or cluster_map.leaders[self.shard] == self.address:
+        if cluster_map is None and self._catch_up_from is not None:
+            # A follower far behind with no map yet (no failover happened): its leader.
+            self._transfer_sources = [self._catch_up_from]
+        elif cluster_map is None or cluster_map.leaders[self.shard] == self.address:
             self._transfer_sources = []
             return  # the CM has not yet replaced this replica as leader: wait
-        # Followers first; the leader last (it has more to do, and may be taking over).
-        self._transfer_sources = [
-            f for f in cluster_map.followers[self.shard] if f != self.address
-        ] + [cluster_map.leaders[self.shard]]
+        else:
+            # Followers first; the leader last (it has more to do, and may be taking over).
+            self._transfer_sources = [
+                f for f in cluster_map.followers[self.shard] if f != self.address
+            ] + [cluster_map.leaders[self.shard]]
         self._transfer_source = source % len(self._transfer_sources)
         self._transfer_id += 1
         # Versions go into a fresh store as they are decoded (one a failed copy half filled
@@ -407,6 +418,26 @@ class ShardFollower:
         else:
             self.dropped_messages += 1
 
+    def _check_far_behind(self, now_ns: int) -> None:
+        """A follower that fell behind by more than the leader keeps (``log_retained_slots``
+        below its commit index: cut off, or paused, for that long) can no longer fetch the
+        slots it lacks. It copies a live replica's state instead, as a rejoining replica
+        does, keeping its acceptor (which remembers all, and goes on voting meanwhile)."""
+        learner = self.stream.learner
+        if (
+            self.rejoining
+            or learner.leader is None
+            or learner.chosen_through - learner.delivered_through
+            <= self.stream_settings.log_retained_slots
+        ):
+            return
+        self._catch_up_from = learner.leader  # the source when no map names one yet
+        self.rejoining = True
+        self.ANSWERS = ()
+        self._kept_acceptor = True
+        self.catch_ups += 1
+        self._start_transfer(now_ns, 0)
+
     def _check_voting(self, now_ns: int, src: str, message: PaxosMessage) -> None:
         """A restarted acceptor votes in phase 1 once this replica has learned every slot
         the current leader can have proposed before the crash: those below its commit index
@@ -449,8 +480,14 @@ class ShardFollower:
             > (cluster_map.epoch, cluster_map.fvw_epoch())
         ):
             cluster_map = self.map = state.cluster_map
-        assert cluster_map is not None
-        self.epoch = max(state.epoch, cluster_map.epoch)
+        if cluster_map is not None:
+            leader = cluster_map.leaders[self.shard]
+            self.epoch = max(state.epoch, cluster_map.epoch)
+        else:  # a far-behind follower of a cluster with no CM: the leader it copied from
+            assert self._kept_acceptor and self._catch_up_from is not None
+            leader = self._catch_up_from
+            self.epoch = state.epoch
+        self._catch_up_from = None
         if self._kept_acceptor:
             acceptor = self.stream.acceptor  # a retired leader's: it remembers all
         else:
@@ -458,14 +495,14 @@ class ShardFollower:
             # above the current epoch's (a leader of epoch e proposes in round e + 1).
             acceptor = Acceptor(
                 self.shard, self.stream_settings, restarted_round=self.epoch + 1,
-                leader=cluster_map.leaders[self.shard], promised=state.promised,
+                leader=leader, promised=state.promised,
             )
             # --break rejoin-vote: vote in phase 1 at once (the simulator must catch it).
             acceptor.voting = "rejoin-vote" in self.breaks
         self.stream = StreamFollower(
             self.shard, self.stream_settings, first_slot=state.slot, acceptor=acceptor
         )
-        self.stream.learner.leader = cluster_map.leaders[self.shard]
+        self.stream.learner.leader = leader
         for slot, entry in sorted(state.recent.items()):
             acceptor.learned(slot, entry)
         self._recent = dict(state.recent)

@@ -161,7 +161,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             transfer_piece_bytes=SIM_TRANSFER_PIECE_BYTES,
             gossip_idle_interval_ns=idle_ns,
         ),
-        stream_settings=DEFAULT_STREAM_SETTINGS.with_overrides(heartbeat_idle_interval_ns=idle_ns),
+        stream_settings=DEFAULT_STREAM_SETTINGS.with_overrides(
+            heartbeat_idle_interval_ns=idle_ns,
+            **SCENARIO_STREAM_SETTINGS.get(options.scenario or "", {}),
+        ),
         regions=regions, wan_rtt_ms=options.wan_rtt_ms, breaks=breaks, probe=recorder,
         disk_sync_ns=sync_ns,
     )
@@ -581,10 +584,29 @@ def majority_crash(sim: Simulator, network: Network, cluster: SimCluster) -> Non
     sim.after(1600 * MS, lambda: cluster.restart(leader))
 
 
+def far_behind(sim: Simulator, network: Network, cluster: SimCluster) -> None:
+    """A follower cut off for longer than its leader keeps slots (``log_retained_slots`` is
+    32 in this scenario, ``SCENARIO_STREAM_SETTINGS``): shard 0's eu follower loses every
+    link from 200 ms to 1700 ms while the load goes on, so when it is back, the slots it
+    lacks are gone from the leader's log. It copies a live replica's state and follows on
+    from there (``ShardFollower._check_far_behind``); without that it never catches up, and
+    the settle phase ends with it diverged. Run it with ``--disk``: the durability oracle
+    then counts the votes on the disks, which keep every slot, where the acceptors keep 32."""
+    if cluster.disk_sync_ns is None:
+        raise ValueError("--scenario far-behind needs --disk")
+    eu = follower_address("eu", 0)
+    others = [address for address in network.addresses() if address != eu]
+    sim.after(200 * MS, lambda: network.partition([eu], others))
+    sim.after(1700 * MS, network.heal)
+
+
 SCENARIOS: dict[str, Callable[[Simulator, Network, SimCluster], None]] = {
     "rejoin-behind": rejoin_behind,
     "majority-crash": majority_crash,
+    "far-behind": far_behind,
 }
+# Stream settings a scenario needs (over the seed's own).
+SCENARIO_STREAM_SETTINGS: dict[str, dict[str, Any]] = {"far-behind": {"log_retained_slots": 32}}
 assert set(SCENARIOS) == set(SCENARIO_NAMES), "store.sim.SCENARIO_NAMES names every scenario"
 
 

@@ -70,3 +70,21 @@ def test_a_leader_that_counts_its_own_vote_before_its_disk_is_caught() -> None:
                    break_step="own-vote"),
     )
     assert "committed-before-durable" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
+
+
+def test_a_follower_cut_off_longer_than_its_leader_keeps_copies_state_and_catches_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scripted schedule ``far-behind``: shard 0's eu follower is cut off for 1.5 s
+    while its leader keeps 32 slots; back, it copies a live replica's state (keeping its
+    acceptor) and ends equal to its leader. Without the copy it never catches up."""
+    from store.core.follower import ShardFollower
+
+    scenario = SimOptions(
+        loss=0.02, regions=3, shards=3, scenario="far-behind", disk=True, duration_ms=3000,
+    )
+    summary = run_many([0, 1, 2], scenario)
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    monkeypatch.setattr(ShardFollower, "_check_far_behind", lambda self, now_ns: None)
+    broken = run_many([0, 1, 2], scenario)
+    assert "follower-diverged" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
