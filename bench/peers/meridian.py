@@ -74,12 +74,16 @@ def _shift(address: str, by: int) -> str:
 
 def cluster_file(
     directory: Path, log_dir: Path, rtt_ms: float, jitter_ms: float, port_shift: int = 0,
-    source: Path = GEO3,
+    source: Path = GEO3, fsync: bool = True,
 ) -> Path:
     """``cluster/geo3.toml`` as it is, but for the round trip and jitter of this run, its
-    servers' logs in ``log_dir`` and every port moved by ``port_shift`` (0: geo3's own)."""
+    servers' logs in ``log_dir``, their write-ahead logs in ``directory`` (the scratch
+    directory, where the peers keep their data too), ``fsync`` as asked, and every port
+    moved by ``port_shift`` (0: geo3's own)."""
     data = tomllib.loads(source.read_text())
     data["cluster"]["run_dir"] = str(log_dir)
+    data["cluster"]["data_dir"] = str(directory / "data")
+    data["cluster"]["fsync"] = fsync
     data["cluster"]["python_path"] = [str(REPO)]
     for shard in data["shards"]:
         shard["leader"] = _shift(shard["leader"], port_shift)
@@ -253,7 +257,7 @@ async def drive_certified(client: Any, workload: Workload, result: RunResult) ->
 
 def run(
     scratch: Path, log_dir: Path, workload: Workload, rtt_ms: float, jitter_ms: float,
-    port_shift: int,
+    port_shift: int, fsync: bool = True,
 ) -> list[RunResult]:
     """Both Meridian runs at one round trip, on one cluster."""
     from store import config as config_module
@@ -269,7 +273,9 @@ def run(
     )
     directory = scratch / f"meridian-{rtt_ms:g}"
     directory.mkdir(parents=True, exist_ok=True)
-    config = config_module.load(cluster_file(directory, log_dir, rtt_ms, jitter_ms, port_shift))
+    config = config_module.load(
+        cluster_file(directory, log_dir, rtt_ms, jitter_ms, port_shift, fsync=fsync)
+    )
     cluster = ProcessCluster(config)
     started = time.monotonic()
     cluster.start()
@@ -312,5 +318,9 @@ def run(
         shutil.rmtree(directory)
     for result in (commit, certified):
         result.extra["cluster"] = "cluster/geo3.toml: 2 shards led from us, followers in eu and ap"
+        result.extra["durability"] = (
+            "every acceptor syncs its votes to its write-ahead log (fsync) before answering"
+            if fsync else "fsync = false: write-ahead logs written, not synced (--meridian-no-fsync)"
+        )
     return [commit, certified]
 

@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="etcd uses BASE..BASE+3, PostgreSQL BASE+10..BASE+12")
     parser.add_argument("--meridian-port-shift", type=int, default=0,
                         help="moves every port of cluster/geo3.toml (0: its own ports)")
+    parser.add_argument("--meridian-no-fsync", action="store_true",
+                        help="Meridian's servers write their logs without syncing them "
+                        "(fsync = false), to see what its syncs cost")
     parser.add_argument("--out", type=Path, default=None,
                         help="report directory (default runs/peers-<YYYYmmdd-HHMMSS>)")
     parser.add_argument("--scratch", type=Path, default=None,
@@ -111,7 +114,10 @@ def run_system(
     log_dir = logs / f"{system}-rtt{rtt:g}"
     try:
         if system == "meridian":
-            return meridian.run(scratch, log_dir, workload, rtt, jitter, args.meridian_port_shift)
+            return meridian.run(
+                scratch, log_dir, workload, rtt, jitter, args.meridian_port_shift,
+                fsync=not args.meridian_no_fsync,
+            )
         if system == "postgres":
             port = args.base_port + 10
             busy = busy_ports([("127.0.0.1", port), ("127.0.0.2", port), ("127.0.0.2", port + 1),
