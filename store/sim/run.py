@@ -461,7 +461,8 @@ class CrashNemesis:
     a while, copies a live follower's state and rejoins its shard (docs/recovery.md). Without
     disks, one replica of a shard is down at a time, until its restarted replica votes again
     (a second would leave its stream without a majority, and two lost memories can lose a
-    chosen value). With disks (``--disk``) two of a shard's three may be down at once: the
+    chosen value). With disks (``--disk``) two of a shard's three may be down at once (down:
+    crashed, or restarted and still copying its state; one must hold a store to copy): the
     shard stops until one is back, and a restarted replica votes with the acceptor its disk
     kept. The victim is a leader two times in three, else a follower. The first crash comes
     in the first half of the load; more may follow."""
@@ -490,14 +491,15 @@ class CrashNemesis:
             ]
         else:
             candidates = [f for fs in self.cluster.current_followers().values() for f in fs]
-        # Without disks, a shard whose restarted replica does not vote yet still counts as
-        # one down (a restarted replica with a disk votes at once).
+        # A restarted replica still copying its state counts as down too: without disks it
+        # does not vote yet; with them it votes, but holds no store to copy from, and a
+        # shard whose every replica is copying has nobody to copy from (starting a whole
+        # shard again from its disks is not built).
         out = {shard: len(addresses) for shard, addresses in self._down.items()}
-        if self.down_max == 1:
-            for fs in self.cluster.current_followers().values():
-                for f in fs:
-                    if not f.voting:
-                        out[f.shard] = out.get(f.shard, 0) + 1
+        for fs in self.cluster.current_followers().values():
+            for f in fs:
+                if not f.voting:
+                    out[f.shard] = out.get(f.shard, 0) + 1
         candidates = [r for r in candidates if out.get(r.shard, 0) < self.down_max]
         if candidates:
             victim = rng.choice(candidates)
