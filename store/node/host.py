@@ -121,7 +121,7 @@ class ReplicaHost:
         self._durable = durable
         # Writes handed to ``durable`` (numbered from 1), the last one synced, the one the
         # sync in flight covers (0: none in flight), and the messages waiting for a sync:
-        # (write number they follow, [(destination or reply handle, message)]).
+        # (the write they wait for, [(destination, Paxos message)]).
         self._written = 0
         self._synced = 0
         self._syncing = 0
@@ -342,10 +342,6 @@ class ReplicaHost:
                 self._hold(ready.messages)
         else:
             self._send(ready.messages)
-        if synced_now:  # nothing to wait for: no disk, or no record
-            replica.synced(self.timers.clock_ns())  # type: ignore[union-attr]
-            self._flush()
-            return
         wake_at = ready.wake_at
         if ready.successor is not None:
             assert isinstance(ready.successor, ShardLeader | ShardFollower), ready.successor
@@ -359,6 +355,9 @@ class ReplicaHost:
                 self._timer.cancel()
             self._timer_at = wake_at
             self._timer = self.timers.call_at(wake_at, self._on_timer)
+        if synced_now:  # a Ready with no record to wait for (defensive: none is made so)
+            replica.synced(self.timers.clock_ns())  # type: ignore[union-attr]
+            self._flush()
 
     def _send(self, messages: list[tuple[str, Message]]) -> None:
         for dst, message in messages:
