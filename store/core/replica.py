@@ -272,6 +272,11 @@ class ShardLeader:
                 self.dropped_messages += 1
                 return
             handler(now_ns, src, message)
+        self._after_step()
+
+    def _after_step(self) -> None:
+        """What every input ends with: the stream's output carried out, the watermark
+        refreshed, transactions held for it released."""
         self._pump_stream()
         self._refresh_watermark()
         if self.coordinator.held:
@@ -355,12 +360,7 @@ class ShardLeader:
         if self.stream is None:
             return  # retired: the votes went with the stream
         self.stream.synced(now_ns)
-        self._pump_stream()
-        self._refresh_watermark()
-        if self.coordinator.held:
-            self.coordinator.release_held()
-        if self._probe is not None:
-            self._report_watermark()
+        self._after_step()
 
     # ---- leases (docs/recovery.md "Stale reads") -------------------------------------------
 

@@ -110,3 +110,19 @@ def bank_is_clean(config, clients: int, seconds: float, seed: int, ok_min: int, 
     assert verdict["valid"], verdict["first_error"]
     assert verdict["read_count"] > reads_min
     assert result.counts["ok"] > ok_min
+
+
+@pytest.fixture
+def geo_cm(tmp_path: Path) -> Iterator[ProcessCluster]:
+    """A 3-region cluster with a configuration manager member per region and a 500 ms
+    leader timeout, on server processes (test_failover, test_durability)."""
+    from tests.cluster.test_geo import geo_cluster_file
+
+    path = geo_cluster_file(tmp_path, cm=True, leader_timeout_ns=500_000_000)
+    running = ProcessCluster(config_module.load(path))
+    running.start()
+    try:
+        running.wait_ready(timeout_s=60)
+        yield running
+    finally:
+        running.stop()

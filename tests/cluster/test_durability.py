@@ -23,10 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from jepsen.checkers.list_append import check_list_append
 from jepsen.history import read_history, write_history
@@ -38,23 +35,10 @@ from store.node.up import ProcessCluster
 from store.sim.workloads import ListAppend, list_append_key
 from tests.cluster.conftest import run
 from tests.cluster.test_failover import _final_state_holds, probe_key
-from tests.cluster.test_geo import geo_cluster_file
 
 KILL_AT_S = 3.0
 RUN_S = 12.0
 VICTIMS = ("shard-0", "shard-0-eu")
-
-
-@pytest.fixture
-def geo_cm(tmp_path: Path) -> Iterator[ProcessCluster]:
-    path = geo_cluster_file(tmp_path, cm=True, leader_timeout_ns=500_000_000)
-    running = ProcessCluster(config_module.load(path))
-    running.start()
-    try:
-        running.wait_ready(timeout_s=60)
-        yield running
-    finally:
-        running.stop()
 
 
 def test_a_shards_leader_and_a_follower_killed_together_come_back_from_their_logs(

@@ -28,11 +28,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from jepsen.checkers.list_append import check_list_append
 from jepsen.history import read_history, write_history
@@ -43,22 +40,9 @@ from store.core.errors import MeridianError
 from store.node.up import ProcessCluster
 from store.sim.workloads import ListAppend, list_append_key
 from tests.cluster.conftest import run
-from tests.cluster.test_geo import geo_cluster_file
 
 KILL_AT_S = 3.0
 RUN_S = 9.0
-
-
-@pytest.fixture
-def geo_cm(tmp_path: Path) -> Iterator[ProcessCluster]:
-    path = geo_cluster_file(tmp_path, cm=True, leader_timeout_ns=500_000_000)
-    running = ProcessCluster(config_module.load(path))
-    running.start()
-    try:
-        running.wait_ready(timeout_s=60)
-        yield running
-    finally:
-        running.stop()
 
 
 def probe_key(config: config_module.ClusterConfig, shard: int) -> str:

@@ -151,3 +151,18 @@ def test_a_log_past_its_bound_is_rewritten_as_the_acceptors_checkpoint(tmp_path:
     assert again.accepted(2999) is not None and again.accepted(2899) is not None
     assert again.accepted(100) is None  # forgotten before the last rewrite
     assert again.accepted_count() <= 101 + (16 << 10) // one_vote
+
+
+def test_a_checkpoint_keeps_a_promise_above_every_vote() -> None:
+    """What a rewritten log holds rebuilds the acceptor exactly: a promise made after its
+    last vote (a new leader's phase 1) survives, or the acceptor could vote for an older
+    leader after a restart."""
+    acceptor = Acceptor(0)
+    for slot in range(5):
+        acceptor.accept(Accept(0, OLD, slot, _entry(slot + 1), 0))
+    acceptor.forget_before(2)
+    acceptor.prepare(Prepare(0, NEW, 0))
+    again = Acceptor.recover(0, acceptor.checkpoint())
+    assert again.promised == NEW
+    assert [again.accepted(slot) for slot in range(5)] == [acceptor.accepted(slot) for slot in range(5)]
+    assert again.accepted(1) is None and again.accepted(4) is not None
