@@ -205,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-restart", action="store_true",
         help="report a dead process but do not restart it (default: restart; it rejoins)",
     )
+    up.add_argument(
+        "--fresh", action="store_true",
+        help="start a new cluster: move an earlier run's data to <data_dir>/previous-run "
+        "(default: the cluster goes on from its data directories)",
+    )
     up.set_defaults(run=cmd_up)
 
     status = commands.add_parser("status", help="each shard's leader, health and counters")
@@ -309,7 +314,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     config = _config(args.config)
     _transport_usable(config)
-    return run_up(config, restart=not args.no_restart)
+    return run_up(config, restart=not args.no_restart, fresh=args.fresh)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

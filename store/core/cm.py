@@ -36,6 +36,7 @@ The map (``ClusterMap``, with ``apply``) and the CM's messages (``Heartbeat``,
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,7 +91,12 @@ class ConfigMember:
         stream_settings: StreamSettings = DEFAULT_STREAM_SETTINGS,
         *,
         now_ns: int = 0,
+        acceptor: Acceptor | None = None,
     ) -> None:
+        """``acceptor``: a restarted member's, rebuilt from its log (``Acceptor.recover``).
+        It starts from slot 0 with ``initial`` and learns its map again from the stream: the
+        first member leads it again with a ballot above every promise (phase 1 from slot 0
+        hears of every command chosen, as no CM acceptor forgets one), the others follow."""
         assert address in members
         self.address = address
         self.members = list(members)
@@ -110,11 +116,16 @@ class ConfigMember:
         self._check_at = now_ns
         self.failovers = 0
         self._persist: list[object] = []  # the acceptor's records (Ready.persist)
+        self._sealed: deque[StreamLeader] = deque()  # whose own votes await a sync, in order
         self.stream: StreamLeader | StreamFollower
+        if acceptor is not None:
+            self._round = acceptor.promised.round + 1
         if self.rank == 0:
-            self.stream = self._new_leader(now_ns, Acceptor(CM_STREAM, stream_settings), 0, {})
+            self.stream = self._new_leader(
+                now_ns, acceptor or Acceptor(CM_STREAM, stream_settings), 0, {}
+            )
         else:
-            self.stream = StreamFollower(CM_STREAM, stream_settings)
+            self.stream = StreamFollower(CM_STREAM, stream_settings, acceptor=acceptor)
         self._recent: dict[int, Entry] = {}  # chosen entries kept for a successor's takeover
         self._pump(now_ns)
 
@@ -164,7 +175,22 @@ class ConfigMember:
         candidates = [w for w in (self._stream_wake_at, check_at) if w is not None]
         persist, self._persist = self._persist, []
         persist += self.stream.acceptor.take_persist()
-        return Ready(messages, min(candidates) if candidates else None, None, persist)
+        wake_at = min(candidates) if candidates else None
+        stream = self.stream
+        if isinstance(stream, StreamLeader):  # its own votes, as a shard leader's (Ready)
+            hold, sealed = stream.take_hold(), stream.seal_votes()
+            if sealed:
+                self._sealed.append(stream)
+            return Ready(messages, wake_at, None, persist, hold, sealed)
+        return Ready(messages, wake_at, None, persist)
+
+    def synced(self, now_ns: int) -> None:
+        """The records of the oldest Ready that wanted it are on disk: the own votes in it
+        count now, if the leader that sealed them still leads."""
+        stream = self._sealed.popleft()
+        if stream is self.stream:
+            stream.synced(now_ns)
+        self._pump(now_ns)
 
     def leading(self) -> bool:
         return isinstance(self.stream, StreamLeader) and self.stream.phase is Phase.LEADING

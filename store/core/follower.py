@@ -149,6 +149,7 @@ class ShardFollower:
         self.transfers_started = 0
         self.transfer_bytes = 0
         self.catch_ups = 0  # copies started because it fell too far behind (_check_far_behind)
+        self.restores = 0  # states restored from its own snapshot (restore)
         self._catch_up_from: str | None = None
         self._state_server = StateServer(
             shard, settings.transfer_piece_bytes, 4 * settings.transfer_retry_ns
@@ -465,6 +466,33 @@ class ShardFollower:
         """Whether this replica's acceptor counts in its shard's phase 1 (after a restart:
         once it has caught up; see Acceptor)."""
         return not self.rejoining and self.stream.acceptor.voting
+
+    @staticmethod
+    def may_restore(state: FollowerState, acceptor: Acceptor, address: str) -> bool:
+        """Whether a replica restarted with ``acceptor`` (from its log) may go on from its
+        own snapshot ``state`` as a follower (``restore``). Not if it may have led its shard
+        after the snapshot was taken (the snapshot's map names it leader, or its last promise
+        was to its own ballot): a leader's store held what was never chosen, and the CM must
+        see it gone (REJOINING) to hand its shard to a live follower. It then copies a live
+        replica's state instead."""
+        cluster_map = state.cluster_map
+        return (
+            cluster_map is not None
+            and 0 <= state.shard < cluster_map.shards
+            and cluster_map.leaders[state.shard] != address
+            and acceptor.promised.leader != address
+        )
+
+    def restore(self, state: FollowerState) -> None:
+        """A replica restarted with its acceptor (``acceptor``, from its log) goes on from
+        its own snapshot, a state it captured itself (``capture_state``) before the crash, as
+        it would from a copied one: a follower at the snapshot's delivery point, whose
+        acceptor remembers every promise and vote (so it votes at once), and which learns
+        the slots above from its shard's leader. See ``may_restore``."""
+        assert self.rejoining and self._kept_acceptor, "restore() is for a restarted replica"
+        assert self.may_restore(state, self.stream.acceptor, self.address)
+        self.restores += 1
+        self._install_state(state)
 
     def _install_state(self, state: FollowerState) -> None:
         """Becomes the follower the source was at its delivery point (module doc)."""

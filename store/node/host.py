@@ -35,8 +35,8 @@ messages to send and when to wake it. The host gives it the world:
   every later Paxos message waits behind them, in order (etcd/raft's rule, applied to the
   messages that carry acceptor state). Everything else a replica sends derives from
   chosen slots, that is from votes already on disk in a majority, and goes at once: a
-  follower's snapshot replies and state pieces, a leader's 2PC replies. A shard leader's
-  own votes are the one piece of acceptor state it acts on itself: with a disk the host
+  follower's snapshot replies and state pieces, a leader's 2PC replies. A shard leader's (and
+  a CM leader's) own votes are the one piece of acceptor state it acts on itself: with a disk the host
   sets its stream's ``votes_after_sync``, its records do not hold (``hold`` false), and the
   votes count only when the host calls ``synced`` for the Ready that carried them
   (``Ready.wants_synced``): so a slot is chosen, and a client told COMMITTED, only by
@@ -63,7 +63,7 @@ from store import wire
 from store.core.cm import ConfigMember
 from store.core.errors import InvalidRequest, Status
 from store.core.follower import ShardFollower
-from store.core.paxos import PaxosMessage
+from store.core.paxos import PaxosMessage, StreamLeader
 from store.core.replica import ShardLeader
 from store.core.vclock import EMPTY
 from store.protocol import codec
@@ -323,8 +323,10 @@ class ReplicaHost:
         self.counters["flushes"] += 1
         replica = self.replica
         durable = self._durable
-        if durable is not None and isinstance(replica, ShardLeader) and replica.stream is not None:
-            replica.stream.votes_after_sync = True  # its own votes count once on disk
+        if durable is not None and not isinstance(replica, ShardFollower):
+            stream = getattr(replica, "stream", None)  # a shard's or the CM's leader
+            if isinstance(stream, StreamLeader):
+                stream.votes_after_sync = True  # its own votes count once on disk
         ready = replica.ready()
         synced_now = ready.wants_synced
         if durable is not None and ready.persist:

@@ -30,7 +30,7 @@ import msgpack
 
 from store import wire
 from store.config import ClusterConfig, ConfigError, ReplicaNode
-from store.core.cm import ConfigMember
+from store.core.cm import CM_STREAM, ConfigMember
 from store.core.follower import ShardFollower
 from store.core.paxos import DEFAULT_STREAM_SETTINGS, Acceptor, PaxosMessage
 from store.core.replica import ShardLeader
@@ -39,6 +39,7 @@ from store.node.durable import WalDurable
 from store.node.host import ReplicaHost
 from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport, TlsIdentity
+from store.node.snapshot import SnapshotWriter, read_snapshot
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
 from store.rpc.aio import Rpc, new_event_loop
@@ -129,44 +130,78 @@ class ShardServer:
         stream_settings = DEFAULT_STREAM_SETTINGS.with_overrides(**config.stream)
         cm_members = config.cm_addresses()
         replica: ShardLeader | ShardFollower | ConfigMember
-        # A shard replica's acceptor records go to its write-ahead logs (store.node.durable).
-        self.durable: WalDurable | None = None
-        self.recovered_records = 0
+        # Every replica's acceptor records go to its write-ahead logs (store.node.durable);
+        # a follower keeps a snapshot of its state beside them (store.node.snapshot).
+        directory = config.process_data_dir(self.node)
+        self.durable, recovered = WalDurable.open(
+            directory, loop, fsync=config.fsync, on_fatal=on_fatal
+        )
+        self.durable.compact_bytes = config.log_bytes_max // 2
+        self.durable.checkpoint = self._checkpoint
+        stream_id = CM_STREAM if self.node.role == "cm" else shard
+        records = recovered.get(stream_id, [])
+        self.recovered_records = len(records)
+        self.snapshots: SnapshotWriter | None = None
+        self._snapshot_for: object = None  # the replica the newest snapshot is of
+        self._snapshot_wanted = False  # a compaction waits for a fresh snapshot
+        # What a restart found on disk (the status says it): the snapshot's delivery
+        # point and watermark, or None.
+        self.recovered: dict[str, Any] | None = None
+        snapshot = None
+        try:
+            if self.node.role != "cm":
+                self.snapshots = SnapshotWriter(
+                    directory, loop, fsync=config.fsync, on_fatal=on_fatal
+                )
+                snapshot = read_snapshot(directory)
+            if (records or snapshot is not None) and not rejoin:
+                raise ConfigError(
+                    f"{self.node.name}: {directory} holds the write-ahead log or snapshot of "
+                    f"an earlier run ({len(records)} records); a process with a past rejoins "
+                    f"its shard (meridian serve --rejoin; meridian up does so for a whole "
+                    f"cluster), or move the directory away to start afresh"
+                )
+        except BaseException:
+            self._close_disk()
+            raise
         acceptor = None
-        if self.node.role != "cm":
-            directory = config.process_data_dir(self.node)
-            self.durable, recovered = WalDurable.open(
-                directory, loop, fsync=config.fsync, on_fatal=on_fatal
-            )
-            self.durable.compact_bytes = config.log_bytes_max // 2
-            self.durable.checkpoint = self._checkpoint
-            records = recovered.get(shard, [])
-            self.recovered_records = len(records)
-            if records:
-                if not rejoin:
-                    self.durable.close()
-                    raise ConfigError(
-                        f"{self.node.name}: {directory} holds the write-ahead log of an earlier "
-                        f"run ({len(records)} records); a process with a past rejoins its shard "
-                        f"(meridian serve --rejoin). Starting a whole cluster again from its "
-                        f"disks is not built yet: move the directory away to start afresh"
-                    )
-                acceptor = Acceptor.recover(shard, records, stream_settings)
+        if records:
+            acceptor = Acceptor.recover(stream_id, records, stream_settings)
+        elif snapshot is not None:
+            acceptor = Acceptor(stream_id, stream_settings)  # it never promised nor voted
         if self.node.role == "cm":
             replica = ConfigMember(
                 self.node.address, cm_members, initial_map(config), config.settings,
                 stream_settings, now_ns=time.monotonic_ns(),
+                acceptor=acceptor if rejoin else None,
             )
         elif rejoin:
-            # Restarted: a follower that copies its state from a live replica of its shard
-            # before it takes part again (docs/recovery.md); with its acceptor as its log
-            # kept it, if it has one (then it votes at once).
-            replica = ShardFollower(
+            # Restarted: with its acceptor as its log kept it, if it has one (then it votes
+            # at once); goes on from its own snapshot if it may (ShardFollower.restore), else
+            # copies its state from a live replica of its shard first (docs/recovery.md).
+            follower = ShardFollower(
                 shard, self.node.address, stream_settings, now_ns=time.monotonic_ns(),
                 cm_members=cm_members, settings=config.settings,
                 partitioner=config.partitioner(), procedures=self.procedures, rejoining=True,
                 breaks=breaks, acceptor=acceptor,
             )
+            if snapshot is not None and snapshot.cluster_map is None and snapshot.epoch == 0:
+                # Taken before any map came (the CM sends none in epoch 0 unless asked):
+                # the cluster file's is the one it followed.
+                snapshot.cluster_map = initial_map(config)
+            if (
+                snapshot is not None and acceptor is not None
+                and ShardFollower.may_restore(snapshot, acceptor, self.node.address)
+            ):
+                follower.restore(snapshot)
+                self.recovered = {
+                    "slot": snapshot.slot, "epoch": snapshot.epoch,
+                    "watermark": snapshot.vw[shard],
+                }
+                self._snapshot_for = follower  # its snapshot is the one on disk
+                assert self.snapshots is not None
+                self.snapshots.last_slot = snapshot.slot
+            replica = follower
         elif self.node.role == "leader":
             replica = ShardLeader(
                 shard,
@@ -227,6 +262,7 @@ class ShardServer:
         self.metrics: MetricsServer | None = None  # started by start()
         self.ready = False
         self.host.start()
+        self._snapshot_timer = loop.call_soon(self._snapshot_check)
 
     async def start(self) -> None:
         if self.transport is not None:
@@ -295,12 +331,46 @@ class ShardServer:
         return self.host.replica
 
     def _checkpoint(self, stream: int) -> list[PaxosMessage] | None:
-        """The acceptor of ``stream`` as it is, for a log's compaction (None: not hosted)."""
-        paxos = getattr(self.host.replica, "stream", None)
+        """The acceptor of ``stream`` as it is, for a log's compaction (None: not now). A
+        follower's log is compacted only when its newest snapshot needs nothing the
+        compaction drops (store.node.snapshot); else a fresh snapshot is asked for."""
+        replica = self.host.replica
+        paxos = getattr(replica, "stream", None)
         if paxos is None or paxos.acceptor.stream != stream:
             return None
-        records: list[PaxosMessage] = paxos.acceptor.checkpoint()
+        acceptor = paxos.acceptor
+        if isinstance(replica, ShardFollower) and self.snapshots is not None:
+            if replica.rejoining:
+                return None  # its state is being copied: a snapshot follows
+            if self._snapshot_for is not replica or acceptor.forgotten_before > self.snapshots.last_slot:
+                self._snapshot_wanted = True
+                return None
+        records: list[PaxosMessage] = acceptor.checkpoint()
         return records
+
+    def _snapshot_check(self) -> None:
+        """Each second: a follower with no snapshot of its own yet (a fresh one, one that
+        copied its state, a leader retired) or whose log waits to be compacted writes one."""
+        self._snapshot_timer = self.loop.call_later(1.0, self._snapshot_check)
+        replica, snapshots = self.host.replica, self.snapshots
+        if (
+            snapshots is None or snapshots.writing or snapshots.closed
+            or self.host.failure is not None
+            or not isinstance(replica, ShardFollower) or replica.rejoining
+            or (self._snapshot_for is replica and not self._snapshot_wanted)
+        ):
+            return
+        self._snapshot_wanted = False
+
+        def done(slot: int) -> None:
+            self._snapshot_for = replica
+
+        snapshots.start(replica.capture_state(), done)
+
+    def _close_disk(self) -> None:
+        self.durable.close()
+        if self.snapshots is not None:
+            self.snapshots.close()
 
     def _disk_status(self) -> dict[str, Any] | None:
         durable = self.durable
@@ -315,6 +385,13 @@ class ShardServer:
             "sync_ms_mean": round(durable.sync_ns_total / durable.syncs / 1e6, 3) if durable.syncs else 0.0,
             "log_bytes": durable.disk_bytes(),
             "compactions": durable.compactions,
+            # What this process came back with: its snapshot's slot and watermark (a
+            # follower that restored it), else None.
+            "recovered": self.recovered,
+            "snapshots": {
+                "written": snapshots.written, "slot": snapshots.last_slot,
+                "bytes": snapshots.last_bytes, "ms": round(snapshots.last_ms, 1),
+            } if (snapshots := self.snapshots) is not None else None,
         }
 
     def _metrics_url(self) -> str:
@@ -339,6 +416,7 @@ class ShardServer:
                 "leaders": list(cluster_map.leaders),
                 "followers": [list(f) for f in cluster_map.followers],
                 "failovers": replica.failovers,
+                "disk": self._disk_status(),
                 "counters": dict(self.counters),
             }
             return bytes(msgpack.packb(cm_status))
@@ -406,8 +484,8 @@ class ShardServer:
         if self.transport is not None:
             await self.transport.close()
         self.rpc.close()
-        if self.durable is not None:
-            self.durable.close()
+        self._snapshot_timer.cancel()
+        self._close_disk()
 
 
 class PauseMonitor:
@@ -517,8 +595,6 @@ def serve(
     from store.node import logs
 
     node = config.node(role, shard, region)
-    if rejoin and role == "cm":
-        raise ConfigError("a configuration manager member cannot rejoin (not built)")
     logs.setup(config.run_dir / f"{log_name(node)}.log")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     loop = new_event_loop()

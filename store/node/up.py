@@ -48,15 +48,22 @@ class ProcessCluster:
         restart: bool = True,
         on_host: Callable[[str, list[str]], list[str]] | None = None,
         server_args: Sequence[str] = (),
+        fresh: bool = True,
     ) -> None:
         """``on_host(region, argv)`` gives the command that runs ``argv`` on the region's host
         (the Jepsen harness runs each region in a network namespace); ``server_args`` are
-        added to every shard replica's ``serve`` command (the harness's ``--break``)."""
+        added to every shard replica's ``serve`` command (the harness's ``--break``).
+        ``fresh``: a new cluster, an earlier run's data set aside (what benchmarks and tests
+        want); else the cluster goes on from its data directories (``meridian up``'s
+        default)."""
         self.config = config
         self.python = python
         self.restart = restart
         self.on_host = on_host
         self.server_args = list(server_args)
+        # An earlier run's data: go on from it (restarting), or, fresh, set it aside.
+        self.fresh = fresh
+        self.restarting = False
         self.children: list[subprocess.Popen[bytes]] = []
         self.names: list[str] = []
         self.commands: list[list[str]] = []
@@ -89,23 +96,23 @@ class ProcessCluster:
                     moved = True
                 path.rename(aside / path.name)
 
-    def _set_data_aside(self, nodes: list[ReplicaNode]) -> list[str]:
-        """A run starts a new cluster: the logs an earlier run left in the data directories
-        of ``nodes`` go to ``<data_dir>/previous-run/`` (replacing the run before it), for
-        inspection; starting a whole cluster again from its disks is not built yet. A
-        process restarted within the run (``respawn``) keeps its directory and recovers its
-        acceptor from it. Returns the names moved."""
-        aside = self.config.data_root() / "previous-run"
-        moved: list[str] = []
+    def _with_data(self, nodes: list[ReplicaNode]) -> list[ReplicaNode]:
+        """Those of ``nodes`` whose data directory holds something (an earlier run's)."""
+        found = []
         for node in nodes:
             directory = self.config.process_data_dir(node)
             if directory.exists() and any(directory.iterdir()):
-                if not moved:
-                    shutil.rmtree(aside, ignore_errors=True)
-                    aside.mkdir(parents=True)
-                directory.rename(aside / node.name)
-                moved.append(node.name)
-        return moved
+                found.append(node)
+        return found
+
+    def _set_data_aside(self, nodes: list[ReplicaNode]) -> None:
+        """``--fresh``: the data directories of ``nodes`` go to ``<data_dir>/previous-run/``
+        (replacing the run before it), for inspection, and a new cluster starts."""
+        aside = self.config.data_root() / "previous-run"
+        shutil.rmtree(aside, ignore_errors=True)
+        aside.mkdir(parents=True)
+        for node in nodes:
+            self.config.process_data_dir(node).rename(aside / node.name)
 
     def start(self) -> None:
         from store.node.server import log_name
@@ -121,11 +128,29 @@ class ProcessCluster:
             node for node in self.config.nodes()
             if self.on_host is None and not is_local(node.rpc[0])
         ]
-        moved = self._set_data_aside([n for n in self.config.nodes() if n not in self.remote])
-        if moved:
+        local = [n for n in self.config.nodes() if n not in self.remote]
+        with_data = self._with_data(local)
+        # A cluster goes on from its disks through its followers' snapshots and its CM
+        # (docs/durability.md); one without keeps no store on disk: it starts anew.
+        restartable = bool(self.config.cm_addresses()) and all(
+            shard.followers for shard in self.config.shards
+        )
+        self.restarting = bool(with_data) and not self.fresh and restartable
+        if with_data and not self.restarting:
+            self._set_data_aside(with_data)
             print(
-                f"a new cluster: the write-ahead logs of the previous run ({', '.join(moved)}) "
-                f"are in {self.config.data_root() / 'previous-run'}",
+                ("a new cluster" if self.fresh else "a new cluster (without followers and a "
+                 "configuration manager, it keeps no store on disk to go on from)")
+                + ": the data of the previous run "
+                f"({', '.join(n.name for n in with_data)}) is in "
+                f"{self.config.data_root() / 'previous-run'}",
+                file=sys.stderr, flush=True,
+            )
+        elif with_data:
+            print(
+                f"restarting the cluster from {self.config.data_root()} (the data of "
+                f"{len(with_data)} of its {len(local)} processes is there; meridian up --fresh "
+                f"starts a new one)",
                 file=sys.stderr, flush=True,
             )
         for node in self.config.nodes():
@@ -144,6 +169,8 @@ class ProcessCluster:
                 if node.role == "follower":
                     command += ["--region", node.region]
                 command += self.server_args
+            if self.restarting:
+                command += ["--rejoin"]  # each goes on from its data (docs/durability.md)
             if self.on_host is not None:
                 command = self.on_host(node.region, command)
             self._spawn(log_name(node), command, env)
@@ -244,7 +271,7 @@ class ProcessCluster:
                     raise RuntimeError(f"{name} exited with {code}:\n{self._tail(name)}")
                 how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
                 then = "the rest of the cluster keeps running"
-                if self.restart and not name.startswith("cm-"):
+                if self.restart:
                     self._restart_at[name] = now + RESTART_DELAY_S
                     then += f"; restarting it in {RESTART_DELAY_S:g} s"
                 lines.append(
@@ -263,13 +290,15 @@ class ProcessCluster:
         index = self.names.index(name)
         assert self.children[index].poll() is not None, f"{name} is still running"
         command = self.commands[index]
-        if name.startswith("shard-"):
+        if name != "wan-proxy" and "--rejoin" not in command:
             command = [*command, "--rejoin"]
         self._spawn(name, command, self._env)
         self.reported.discard(name)
         self._restart_at.pop(name, None)
         self.restarts[name] = self.restarts.get(name, 0) + 1
-        what = "rejoins its shard as a follower" if name.startswith("shard-") else "is back"
+        what = {"shard": "rejoins its shard", "cm": "rejoins the configuration manager"}.get(
+            name.split("-", maxsplit=1)[0], "is back"
+        )
         return f"{name} restarted (pid {self.pid_of(name)}); it {what}"
 
     def _tail(self, name: str, chars: int = 2000) -> str:
@@ -369,7 +398,7 @@ def ports_in_use(config: ClusterConfig) -> list[str]:
     return busy
 
 
-def run_up(config: ClusterConfig, restart: bool = True) -> int:
+def run_up(config: ClusterConfig, restart: bool = True, fresh: bool = False) -> int:
     busy = ports_in_use(config)
     if busy:
         # Nothing is started: another cluster (or anything else) holds these, and its
@@ -379,7 +408,7 @@ def run_up(config: ClusterConfig, restart: bool = True) -> int:
             file=sys.stderr, flush=True,
         )
         return 1
-    cluster = ProcessCluster(config, restart=restart)
+    cluster = ProcessCluster(config, restart=restart, fresh=fresh)
     stop_requested = False
 
     def request_stop(signum: int, frame: Any) -> None:
@@ -448,7 +477,8 @@ def format_processes(
     promoted), shard, region, address, pid and metrics endpoint; a follower's lag behind
     its shard's leader, in stream slots (what the leader proposed and it has not accepted)
     and in watermark (counter values of the leader's watermark it has not applied); its disk:
-    the records it recovered from its write-ahead log when it started, and the log's size."""
+    the records it recovered from its write-ahead log when it started, the log's size, and
+    the watermark of the snapshot it went on from (a restarted follower)."""
     lag_slots: dict[str, int] = {}
     leader_marks: dict[int, int] = {}
     for status in statuses:
@@ -457,7 +487,7 @@ def format_processes(
             leader_marks[int(status["shard"])] = int(status["watermark"])
     lines = [
         f"{'process':<14} {'role':<9} {'shard':>5} {'region':<7} {'address':<21} {'pid':>7} "
-        f"{'lag':<22} {'disk':<26} metrics"
+        f"{'lag':<22} {'disk':<44} metrics"
     ]
     for node, status in zip(nodes, statuses, strict=True):
         name = node.name
@@ -482,10 +512,14 @@ def format_processes(
         shown_disk = "-" if not disk else (
             f"{disk['recovered_records']} recovered, {disk['log_bytes'] / 1e6:.1f} MB"
             + ("" if disk["fsync"] else " NO FSYNC")
+            + (
+                f", restored at {format_counter(disk['recovered']['watermark'])}"
+                if disk.get("recovered") else ""
+            )
         )
         lines.append(
             f"{name:<14} {status.get('role', '?'):<9} {shard:>5} {node.region:<7} "
-            f"{node.address:<21} {status.get('pid', '-'):>7} {lag:<22} {shown_disk:<26} "
+            f"{node.address:<21} {status.get('pid', '-'):>7} {lag:<22} {shown_disk:<44} "
             f"{status.get('metrics') or '-'}"
         )
     return "\n".join(lines)

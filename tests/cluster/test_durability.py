@@ -125,3 +125,109 @@ async def _recovered_from_disk(config: config_module.ClusterConfig) -> None:
             assert status is not None and status["voting"] and not status["rejoining"], (name, status)
             assert status["disk"]["recovered_records"] > 0, (name, status["disk"])
             assert status["disk"]["syncs"] > 0, (name, status["disk"])
+
+
+WHOLE_KILL_AT_S = 4.0
+WHOLE_RUN_S = 6.0
+
+
+def test_every_process_killed_comes_back_with_meridian_up(
+    geo_cm: ProcessCluster, tmp_path: Path
+) -> None:
+    """SIGKILL of every process of the cluster (servers, CM members, the wan proxy) under
+    list-append load; ``meridian up`` on the same data directories brings the cluster back:
+    every append a client was told COMMITTED is there, both shards commit again, and each
+    follower reports the snapshot it came back from (its recovered watermark)."""
+    config = geo_cm.config
+
+    async def nemesis(duration_s: float) -> None:
+        await asyncio.sleep(WHOLE_KILL_AT_S)
+        for pid in geo_cm.pids():
+            os.kill(pid, signal.SIGKILL)
+
+    workload = ListAppend(random.Random(12), active_keys=10)
+    result = run(run_workload(lambda: Client.connect(config), workload, 8, WHOLE_RUN_S, nemesis))
+    for child in geo_cm.children:
+        child.wait(timeout=10)
+    assert result.counts["ok"] > 100, result.counts
+    acknowledged: dict[str, set[int]] = {}
+    for op in result.ops:
+        if op.type == "ok":
+            for f, key, value in op.value:
+                if f == "append":
+                    acknowledged.setdefault(list_append_key(key), set()).add(value)
+
+    up = subprocess.Popen(
+        [sys.executable, "-m", "store.cli", "up", "--config", str(config.path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    )
+    try:
+        output = _wait_for_line(up, "ready; Ctrl-C stops the cluster", timeout_s=90)
+        assert "restarting the cluster from" in output, output
+        run(_whole_cluster_back(config, acknowledged))
+        shown = subprocess.run(
+            [sys.executable, "-m", "store.cli", "status", "--config", str(config.path)],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert "restored at" in shown.stdout, shown.stdout
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+    history = tmp_path / "history.edn"
+    write_history(history, result.ops)
+    verdict = check_list_append(read_history(history))
+    assert verdict["valid"], {k: verdict["anomalies"][k][:2] for k in verdict["anomaly_types"]}
+
+
+def _wait_for_line(process: subprocess.Popen[str], line: str, timeout_s: float) -> str:
+    """The output of ``process`` up to and including ``line`` (which must come in time)."""
+    assert process.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    os.set_blocking(process.stdout.fileno(), False)
+    while time.monotonic() < deadline:
+        chunk = process.stdout.readline()
+        if chunk:
+            seen.append(chunk)
+            if line in chunk:
+                return "".join(seen)
+            continue
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)  # polling a pipe, not synchronising: the deadline decides
+    raise AssertionError(f"no {line!r} within {timeout_s} s:\n{''.join(seen)}")
+
+
+async def _whole_cluster_back(
+    config: config_module.ClusterConfig, acknowledged: dict[str, set[int]]
+) -> None:
+    async with await Client.connect(config) as client:
+        # Both shards commit again (a new epoch each: their leaders died).
+        for shard in (0, 1):
+            key = probe_key(config, shard)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    await client.run_ops([["append", key, 1]], route=shard)
+                    break
+                except MeridianError:
+                    if time.monotonic() > deadline:
+                        raise
+        for key in sorted(acknowledged):
+            final = await client.get(key) or []
+            missing = acknowledged[key] - set(final)
+            assert not missing, (key, sorted(missing))
+        statuses = await client.status(replicas=True)
+        restored = [
+            s for s in statuses
+            if s is not None and s.get("role") in ("follower", "leader")
+            and (s.get("disk") or {}).get("recovered")
+        ]
+        # At least one replica of each shard came back from its own snapshot (the new
+        # leaders did: nothing else was alive to copy from).
+        assert {s["shard"] for s in restored} == {0, 1}, statuses
