@@ -366,6 +366,14 @@ class ShardFollower:
         elif cluster_map is None or cluster_map.leaders[self.shard] == self.address:
             self._transfer_sources = []
             return  # the CM has not yet replaced this replica as leader: wait
+        elif self._catch_up_from is not None:
+            # Far behind: the leader first, the one sure to be ahead by more than its gap (a
+            # follower lagging too would leave it as far behind as before, and it would copy
+            # again and again: seed 1 of the far-behind scenario did so, 2026-12-02).
+            leader = cluster_map.leaders[self.shard]
+            self._transfer_sources = [leader] + [
+                f for f in cluster_map.followers[self.shard] if f not in (self.address, leader)
+            ]
         else:
             # Followers first; the leader last (it has more to do, and may be taking over).
             self._transfer_sources = [

@@ -145,7 +145,7 @@ class StreamSettings:
     learner_window_slots: int = 4096
     # Chosen slots a replica keeps (in its acceptor, and in the leader's log for lagging
     # learners) below its newest chosen slot; older ones are forgotten (memory bound). A
-    # follower further behind than this needs state transfer, which is not built yet.
+    # follower further behind than this copies a live replica's state instead.
     log_retained_slots: int = 10_000
 
     def __post_init__(self) -> None:

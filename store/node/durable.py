@@ -31,6 +31,8 @@ from pathlib import Path
 
 from store.core.errors import InvalidRequest
 from store.core.paxos import PaxosMessage, decode, encode
+from store.core.transfer import FollowerState
+from store.node.snapshot import SnapshotWriter
 from store.node.wal import SEGMENT_BYTES_MAX, Wal, WalCorrupt
 
 STREAM_PREFIX = "stream-"
@@ -62,6 +64,10 @@ class WalDurable:
         self.syncs = 0
         self.sync_ns_total = 0
         self.closed = False
+        # A follower's snapshot (store.node.snapshot; the host decides when): set by the
+        # server for a shard replica.
+        self.snapshots: SnapshotWriter | None = None
+        self.snapshot_wanted = False
 
     @classmethod
     def open(
@@ -136,6 +142,11 @@ class WalDurable:
         self._written_since[stream] = wal.bytes_written
         self.compactions += 1
 
+    def save_snapshot(self, state: FollowerState, done: Callable[[int], None]) -> None:
+        """Writes a follower's snapshot (``SnapshotDisk``), without stopping the loop."""
+        assert self.snapshots is not None, "this process keeps no snapshot"
+        self.snapshots.start(state, done)
+
     def sync(self, done: Callable[[], None]) -> None:
         dirty, self._dirty = self._dirty, set()
         files = [fd for stream in sorted(dirty) if (fd := self._logs[stream].flush()) is not None]
@@ -177,6 +188,8 @@ class WalDurable:
 
     def close(self) -> None:
         self.closed = True
+        if self.snapshots is not None:
+            self.snapshots.close()
         self._executor.shutdown(wait=True)
         for wal in self._logs.values():
             wal.close()

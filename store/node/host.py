@@ -65,8 +65,10 @@ from store.core.errors import InvalidRequest, Status
 from store.core.follower import ShardFollower
 from store.core.paxos import PaxosMessage, StreamLeader
 from store.core.replica import ShardLeader
+from store.core.transfer import FollowerState
 from store.core.vclock import EMPTY
 from store.protocol import codec
+from store.protocol.cluster_map import ClusterMap
 from store.protocol.messages import GetConfig, Message, Outcome, SnapshotRead, Submit
 from store.rpc import Nexus, ReqHandle, RpcBase, RpcError, Session
 
@@ -102,6 +104,31 @@ class Durable(Protocol):
     def sync(self, done: Callable[[], None]) -> None: ...
 
 
+class SnapshotDisk(Protocol):
+    """A ``Durable`` that also keeps a follower's snapshot (``snapshot`` below): ``save``
+    it, then call ``done(slot)``; ``snapshot_wanted``: the disk asks for a fresh one."""
+
+    snapshot_wanted: bool
+
+    def save_snapshot(self, state: FollowerState, done: Callable[[int], None]) -> None: ...
+
+
+def restore_follower(
+    follower: ShardFollower, snapshot: FollowerState | None, initial: ClusterMap
+) -> bool:
+    """A restarted ``follower`` (built rejoining, with its acceptor from its log) goes on from
+    its own ``snapshot`` if it may (``ShardFollower.may_restore``); ``initial``: the cluster
+    map of epoch 0, the one a snapshot taken before any map came followed."""
+    if snapshot is None:
+        return False
+    if snapshot.cluster_map is None and snapshot.epoch == 0:
+        snapshot.cluster_map = initial
+    if not ShardFollower.may_restore(snapshot, follower.stream.acceptor, follower.address):
+        return False
+    follower.restore(snapshot)
+    return True
+
+
 class ReplicaHost:
     """One replica on one RPC endpoint (see the module doc)."""
 
@@ -119,6 +146,14 @@ class ReplicaHost:
     ) -> None:
         self.replica = replica
         self._durable = durable
+        # Snapshots (module doc, "Disk"): the follower the newest one on disk is of, and its
+        # delivery point; whether one is being written.
+        self._snapshots: SnapshotDisk | None = (
+            durable if hasattr(durable, "save_snapshot") else None  # type: ignore[assignment]
+        )
+        self._snapshot_of: object = None
+        self.snapshot_slot = -1
+        self._snapshot_writing = False
         # Writes handed to ``durable`` (numbered from 1), the last one synced, the one the
         # sync in flight covers (0: none in flight), and the messages waiting for a sync:
         # (the write they wait for, [(destination, Paxos message)]).
@@ -360,6 +395,53 @@ class ReplicaHost:
         if synced_now:  # a Ready with no record to wait for (defensive: none is made so)
             replica.synced(self.timers.clock_ns())  # type: ignore[union-attr]
             self._flush()
+            return
+        if self._snapshots is not None and isinstance(replica, ShardFollower):
+            self._maybe_snapshot(replica, self._snapshots)
+
+    # ---- snapshots (module doc, "Disk") ---------------------------------------------------
+
+    def restored(self, follower: ShardFollower, slot: int) -> None:
+        """``follower`` went on from the snapshot on disk, at ``slot``."""
+        self._snapshot_of, self.snapshot_slot = follower, slot
+
+    def _maybe_snapshot(self, follower: ShardFollower, disk: SnapshotDisk) -> None:
+        """A follower with no snapshot of its own on disk yet (a fresh one, one that copied
+        its state, a retired leader), or whose disk asks for a fresh one, writes one."""
+        if (
+            self._snapshot_writing or follower.rejoining
+            or (follower is self._snapshot_of and not disk.snapshot_wanted)
+        ):
+            return
+        disk.snapshot_wanted = False
+        self._snapshot_writing = True
+        self.counters["snapshots"] = self.counters.get("snapshots", 0) + 1
+
+        def done(slot: int) -> None:
+            self._snapshot_writing = False
+            self._snapshot_of, self.snapshot_slot = follower, slot
+
+        disk.save_snapshot(follower.capture_state(), done)
+
+    def checkpoint(self, stream: int) -> list[PaxosMessage] | None:
+        """The records that may replace ``stream``'s log now (its acceptor's checkpoint), or
+        None: not now. A follower's log holds, above its snapshot, the votes it may have to
+        report after a restart; so it is compacted only when the newest snapshot on disk is
+        of this follower and at or above the oldest slot its acceptor keeps (else a fresh
+        snapshot is asked for, and the compaction waits for it)."""
+        replica = self.replica
+        paxos = getattr(replica, "stream", None)
+        if paxos is None or paxos.acceptor.stream != stream:
+            return None
+        acceptor = paxos.acceptor
+        if isinstance(replica, ShardFollower) and self._snapshots is not None:
+            if replica.rejoining:
+                return None
+            if replica is not self._snapshot_of or acceptor.forgotten_before > self.snapshot_slot:
+                self._snapshots.snapshot_wanted = True
+                return None
+        records: list[PaxosMessage] = acceptor.checkpoint()
+        return records
 
     def _send(self, messages: list[tuple[str, Message]]) -> None:
         for dst, message in messages:

@@ -36,7 +36,7 @@ from store.core.paxos import DEFAULT_STREAM_SETTINGS, Acceptor, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
 from store.node.durable import WalDurable
-from store.node.host import ReplicaHost
+from store.node.host import ReplicaHost, restore_follower
 from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport, TlsIdentity
 from store.node.snapshot import SnapshotWriter, read_snapshot
@@ -137,20 +137,17 @@ class ShardServer:
             directory, loop, fsync=config.fsync, on_fatal=on_fatal
         )
         self.durable.compact_bytes = config.log_bytes_max // 2
-        self.durable.checkpoint = self._checkpoint
         stream_id = CM_STREAM if self.node.role == "cm" else shard
         records = recovered.get(stream_id, [])
         self.recovered_records = len(records)
         self.snapshots: SnapshotWriter | None = None
-        self._snapshot_for: object = None  # the replica the newest snapshot is of
-        self._snapshot_wanted = False  # a compaction waits for a fresh snapshot
         # What a restart found on disk (the status says it): the snapshot's delivery
         # point and watermark, or None.
         self.recovered: dict[str, Any] | None = None
         snapshot = None
         try:
             if self.node.role != "cm":
-                self.snapshots = SnapshotWriter(
+                self.snapshots = self.durable.snapshots = SnapshotWriter(
                     directory, loop, fsync=config.fsync, on_fatal=on_fatal
                 )
                 snapshot = read_snapshot(directory)
@@ -185,22 +182,12 @@ class ShardServer:
                 partitioner=config.partitioner(), procedures=self.procedures, rejoining=True,
                 breaks=breaks, acceptor=acceptor,
             )
-            if snapshot is not None and snapshot.cluster_map is None and snapshot.epoch == 0:
-                # Taken before any map came (the CM sends none in epoch 0 unless asked):
-                # the cluster file's is the one it followed.
-                snapshot.cluster_map = initial_map(config)
-            if (
-                snapshot is not None and acceptor is not None
-                and ShardFollower.may_restore(snapshot, acceptor, self.node.address)
-            ):
-                follower.restore(snapshot)
+            if restore_follower(follower, snapshot, initial_map(config)):
+                assert snapshot is not None
                 self.recovered = {
                     "slot": snapshot.slot, "epoch": snapshot.epoch,
                     "watermark": snapshot.vw[shard],
                 }
-                self._snapshot_for = follower  # its snapshot is the one on disk
-                assert self.snapshots is not None
-                self.snapshots.last_slot = snapshot.slot
             replica = follower
         elif self.node.role == "leader":
             replica = ShardLeader(
@@ -254,6 +241,10 @@ class ShardServer:
             on_fatal=on_fatal,
             durable=self.durable,
         )
+        if self.recovered is not None:
+            assert isinstance(replica, ShardFollower)
+            self.host.restored(replica, self.recovered["slot"])
+        self.durable.checkpoint = self.host.checkpoint
         self.host.register(nexus)
         nexus.register_req_func(wire.STATUS, self._on_status)
         self.started_at = time.time()
@@ -262,7 +253,6 @@ class ShardServer:
         self.metrics: MetricsServer | None = None  # started by start()
         self.ready = False
         self.host.start()
-        self._snapshot_timer = loop.call_soon(self._snapshot_check)
 
     async def start(self) -> None:
         if self.transport is not None:
@@ -330,47 +320,8 @@ class ShardServer:
     def replica(self) -> ShardLeader | ShardFollower | ConfigMember:
         return self.host.replica
 
-    def _checkpoint(self, stream: int) -> list[PaxosMessage] | None:
-        """The acceptor of ``stream`` as it is, for a log's compaction (None: not now). A
-        follower's log is compacted only when its newest snapshot needs nothing the
-        compaction drops (store.node.snapshot); else a fresh snapshot is asked for."""
-        replica = self.host.replica
-        paxos = getattr(replica, "stream", None)
-        if paxos is None or paxos.acceptor.stream != stream:
-            return None
-        acceptor = paxos.acceptor
-        if isinstance(replica, ShardFollower) and self.snapshots is not None:
-            if replica.rejoining:
-                return None  # its state is being copied: a snapshot follows
-            if self._snapshot_for is not replica or acceptor.forgotten_before > self.snapshots.last_slot:
-                self._snapshot_wanted = True
-                return None
-        records: list[PaxosMessage] = acceptor.checkpoint()
-        return records
-
-    def _snapshot_check(self) -> None:
-        """Each second: a follower with no snapshot of its own yet (a fresh one, one that
-        copied its state, a leader retired) or whose log waits to be compacted writes one."""
-        self._snapshot_timer = self.loop.call_later(1.0, self._snapshot_check)
-        replica, snapshots = self.host.replica, self.snapshots
-        if (
-            snapshots is None or snapshots.writing or snapshots.closed
-            or self.host.failure is not None
-            or not isinstance(replica, ShardFollower) or replica.rejoining
-            or (self._snapshot_for is replica and not self._snapshot_wanted)
-        ):
-            return
-        self._snapshot_wanted = False
-
-        def done(slot: int) -> None:
-            self._snapshot_for = replica
-
-        snapshots.start(replica.capture_state(), done)
-
     def _close_disk(self) -> None:
         self.durable.close()
-        if self.snapshots is not None:
-            self.snapshots.close()
 
     def _disk_status(self) -> dict[str, Any] | None:
         durable = self.durable
@@ -484,7 +435,6 @@ class ShardServer:
         if self.transport is not None:
             await self.transport.close()
         self.rpc.close()
-        self._snapshot_timer.cancel()
         self._close_disk()
 
 

@@ -1,5 +1,9 @@
 """``meridian up``: start every process of a local cluster, wait for it, stop it cleanly.
 
+On data directories an earlier run left, ``meridian up`` restarts that cluster: every
+process starts with ``serve --rejoin`` and goes on from its disk (docs/durability.md);
+``--fresh`` sets the data aside and starts a new one.
+
 Each server (a shard's leader or follower, a configuration manager member, the wan proxy) is
 a child process (``meridian serve``). The children watch their parent and exit if it
 disappears, and ``up`` stops every child on Ctrl-C or SIGTERM (SIGTERM, then SIGKILL for any
@@ -9,10 +13,9 @@ Supervision. A child that dies while the cluster runs (killed, or crashed) is re
 name, pid, how it ended and the tail of its output — and the rest keep running: with a
 configuration manager the shard's followers take over (docs/recovery.md). Then, unless
 ``restart`` is off (``meridian up --no-restart``), it is started again after
-``RESTART_DELAY_S``: a shard replica with ``serve --rejoin`` (its memory is gone; it copies
-a live replica's state and rejoins its shard as a follower), the wan proxy as it was. A
-configuration manager member is not restarted (rejoining the CM is not built). The one
-exception is a broken invariant (exit status 70): that is a bug, the cluster's state is
+``RESTART_DELAY_S`` with ``serve --rejoin`` (a shard replica rejoins its shard as a
+follower, from its own snapshot or a live replica's state; a configuration manager member
+rebuilds its acceptor from its log), the wan proxy as it was. The one exception is a broken invariant (exit status 70): that is a bug, the cluster's state is
 suspect, and ``up`` stops everything and exits non-zero.
 """
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from store.config import MERIDIAN_RPC_SETTINGS
-from store.core.cm import ConfigMember
+from store.core.cm import CM_STREAM, ConfigMember
 from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
 from store.core.partition import Partitioner
@@ -28,7 +28,7 @@ from store.core.replica import Probe, ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY
-from store.node.host import ReplicaHost
+from store.node.host import ReplicaHost, restore_follower
 from store.proto.convert import BATCH_MESSAGES_MAX, parse_batch, to_batch
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, RpcSettings
@@ -36,6 +36,10 @@ from store.rpc.sim import SimRpc
 from store.sim.disk import SimDisk
 from store.sim.loop import Simulator
 from store.sim.network import MS, Link, Network
+
+# Records after which a simulated disk asks its follower for a fresh snapshot (drawn per
+# disk): often enough that restarts find snapshots at many points of the stream.
+SIM_SNAPSHOT_EVERY = (20, 100, 400)
 
 REGIONS = ("us", "eu", "ap")
 
@@ -219,6 +223,7 @@ class SimCluster:
         self.cm: list[ConfigMember] = []
         # Broken invariants: (address, exception, traceback), in the order they happened.
         self.fatal: list[tuple[str, BaseException, str]] = []
+        self.restores = 0  # restarted replicas that went on from their own snapshot
         one_way_ns = int(wan_rtt_ms * MS / 2)
         for i, a in enumerate(self.regions):
             for b in self.regions[i + 1 :]:
@@ -241,11 +246,12 @@ class SimCluster:
                 )
                 self.followers[shard].append(follower)
                 self._serve(follower, region)
+        self.initial_map = ClusterMap(
+            0, self.leader_addresses,
+            [[follower_address(region, shard) for region in others] for shard in range(shards)],
+        )
+        initial = self.initial_map
         if self.cm_members:
-            initial = ClusterMap(
-                0, self.leader_addresses,
-                [[follower_address(region, shard) for region in others] for shard in range(shards)],
-            )
             for region, address in zip(self.regions, self.cm_members, strict=True):
                 member = ConfigMember(address, self.cm_members, initial, settings, stream_settings)
                 self.cm.append(member)
@@ -259,6 +265,7 @@ class SimCluster:
                 disk = self.disks[replica.address] = SimDisk(
                     self.sim, self.sim.rng.choice(self.disk_sync_ns),
                     lies="fsync" in self.breaks,
+                    snapshot_every=self.sim.rng.choice(SIM_SNAPSHOT_EVERY),
                 )
         self.servers.append(
             SimServer(
@@ -288,17 +295,30 @@ class SimCluster:
         """The server at ``address`` now (the restarted one, if it crashed and came back)."""
         return [server for server in self.servers if server.address == address][-1]
 
-    def restart(self, address: str) -> ShardFollower:
-        """The crashed process at ``address`` starts again, as a replica of its shard that
-        rejoins (docs/recovery.md "Rejoining"): with empty memory, or with a disk, with the
-        acceptor it recovers from what the disk kept (it votes at once; its store is copied
-        from a live replica all the same). The crashed server stays in ``servers``: what its
-        acceptor accepted before the crash counted then (``acceptors``)."""
+    def restart(self, address: str) -> ShardFollower | ConfigMember:
+        """The crashed process at ``address`` starts again as ``meridian serve --rejoin``
+        does. A shard replica rejoins its shard (docs/recovery.md "Rejoining"): with empty
+        memory, or with a disk, with the acceptor it recovers from what the disk kept (it
+        votes at once), going on from its own snapshot if it may (``restore_follower``),
+        else copying its store from a live replica. A configuration manager member (disks
+        only) relearns its map from the CM stream with the acceptor its disk kept. The
+        crashed server stays in ``servers``: what its acceptor accepted before the crash
+        counted then (``acceptors``)."""
         crashed = self.server(address)
         assert crashed.crashed, f"{address} is running"
         replica = crashed.host.replica
-        assert isinstance(replica, ShardLeader | ShardFollower), "only shard replicas restart"
         disk = crashed.disk
+        if isinstance(replica, ConfigMember):
+            assert disk is not None, "a CM member restarts only with a disk"
+            member = ConfigMember(
+                address, self.cm_members, self.initial_map, self.settings,
+                self.stream_settings, now_ns=self.sim.now_ns,
+                acceptor=disk.recover(CM_STREAM, self.stream_settings),
+            )
+            self.cm.append(member)
+            self._serve(member, crashed.region)
+            self.servers[-1].start()
+            return member
         follower = ShardFollower(
             replica.shard, address, self.stream_settings, now_ns=self.sim.now_ns,
             probe=self.probe, cm_members=self.cm_members, settings=self.settings,
@@ -306,7 +326,13 @@ class SimCluster:
             rejoining=True,
             acceptor=disk.recover(replica.shard, self.stream_settings) if disk else None,
         )
+        snapshot = disk.read_snapshot() if disk is not None else None
+        restored = restore_follower(follower, snapshot, self.initial_map)
         self._serve(follower, crashed.region)
+        if restored:
+            assert snapshot is not None
+            self.restores += 1
+            self.servers[-1].host.restored(follower, snapshot.slot)
         self.servers[-1].start()
         return follower
 

@@ -9,6 +9,10 @@ except for a random prefix of them (the operating system may have written some b
 own): a crash may keep more than was synced, never less, and never a record without the
 ones before it. A sync in flight at the crash never completes.
 
+A follower's snapshot (``store.node.snapshot``) is kept the same way: written after the
+disk's latency, whole, unless a crash comes first. Every ``snapshot_every`` records the disk
+asks for a fresh one, as a server's log compaction does.
+
 ``--break fsync`` makes the disk lie, as a log run with ``fsync = false`` does when the
 power goes: a sync reports done at once and makes nothing durable, so a crash keeps only a
 random prefix of everything written. The simulator must then find a committed transaction
@@ -20,14 +24,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from store.core.paxos import Acceptor, PaxosMessage, StreamSettings, decode, encode
+from store.core.transfer import FollowerState, decode_state, encode_state
 from store.sim.loop import Simulator
 
 
 class SimDisk:
-    def __init__(self, sim: Simulator, sync_ns: int, *, lies: bool = False) -> None:
+    def __init__(
+        self, sim: Simulator, sync_ns: int, *, lies: bool = False, snapshot_every: int = 0
+    ) -> None:
+        """``snapshot_every``: after that many records, ask the follower on it for a fresh
+        snapshot (as a server's log compaction does; 0: only the host's own)."""
         self.sim = sim
         self.sync_ns = sync_ns
         self.lies = lies
+        # A follower's snapshot (SnapshotDisk): the bytes a server's file holds, written
+        # after the disk's latency; one a crash cuts short is not there.
+        self.snapshot: bytes | None = None
+        self.snapshot_wanted = False
+        self.snapshot_every = snapshot_every
+        self._since_snapshot = 0
+        self.snapshots = 0
         self.synced: list[bytes] = []
         self._unsynced: list[bytes] = []
         self._crashes = 0  # a sync started before a crash does not complete after it
@@ -47,6 +63,27 @@ class SimDisk:
 
     def write(self, records: list[PaxosMessage]) -> None:
         self._unsynced.extend(encode(record) for record in records)
+        self._since_snapshot += len(records)
+        if self.snapshot_every and self._since_snapshot >= self.snapshot_every:
+            self._since_snapshot = 0
+            self.snapshot_wanted = True
+
+    def save_snapshot(self, state: FollowerState, done: Callable[[int], None]) -> None:
+        data = encode_state(state)
+        crashes = self._crashes
+
+        def durable() -> None:
+            if crashes != self._crashes:
+                return
+            self.snapshot = data
+            self.snapshots += 1
+            done(state.slot)
+
+        self.sim.after(self.sync_ns, durable)
+
+    def read_snapshot(self) -> FollowerState | None:
+        """The snapshot a process restarted on this disk reads (``store.node.snapshot``)."""
+        return decode_state(self.snapshot) if self.snapshot is not None else None
 
     def sync(self, done: Callable[[], None]) -> None:
         self.syncs += 1

@@ -125,6 +125,7 @@ class SeedResult:
     crashes: int = 0
     restarts: int = 0
     majority_crashes: int = 0  # times two replicas of one shard were down at once (--disk)
+    restores: int = 0  # restarted replicas that went on from their own snapshot (--disk)
     rolled_back: int = 0
 
     @property
@@ -329,6 +330,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         crashes=crashes.crashed if crashes is not None else 0,
         restarts=crashes.restarted if crashes is not None else 0,
         majority_crashes=crashes.majority_down if crashes is not None else 0,
+        restores=cluster.restores,
         rolled_back=len(recorder.rolled_back_txns),
         client_errors=dict(sorted(client_errors.items())),
     )
@@ -492,9 +494,8 @@ class CrashNemesis:
         else:
             candidates = [f for fs in self.cluster.current_followers().values() for f in fs]
         # A restarted replica still copying its state counts as down too: without disks it
-        # does not vote yet; with them it votes, but holds no store to copy from, and a
-        # shard whose every replica is copying has nobody to copy from (starting a whole
-        # shard again from its disks is not built).
+        # does not vote yet; with them it votes, but holds no store to copy from. (A whole
+        # shard, and a whole cluster, down at once: --scenario whole-cluster.)
         out = {shard: len(addresses) for shard, addresses in self._down.items()}
         for fs in self.cluster.current_followers().values():
             for f in fs:
@@ -586,6 +587,28 @@ def majority_crash(sim: Simulator, network: Network, cluster: SimCluster) -> Non
     sim.after(1600 * MS, lambda: cluster.restart(leader))
 
 
+def whole_cluster(sim: Simulator, network: Network, cluster: SimCluster) -> None:
+    """Every process of the cluster loses power at once (``--disk``), shard replicas and
+    configuration manager members alike, at 800 ms, and each comes back on its disk within
+    the next 300 ms, in a random order (``meridian up`` on a cluster's data directories).
+    Nothing is left alive to copy a store from: followers go on from their own snapshots
+    (``restore_follower``), the CM members relearn the map from their acceptors, and every
+    shard fails over, since its leader (which may have led since its last snapshot) copies
+    its state from a live follower. Then a crash nemesis may strike as usual."""
+    if cluster.disk_sync_ns is None or not cluster.cm:
+        raise ValueError("--scenario whole-cluster needs --disk and several regions")
+
+    def crash_all() -> None:
+        addresses = [server.address for server in cluster.servers if not server.crashed]
+        for address in addresses:
+            cluster.server(address).crash()
+        network.heal()
+        for address in addresses:
+            sim.after(sim.rng.randrange(10 * MS, 300 * MS), cluster.restart, address)
+
+    sim.after(800 * MS, crash_all)
+
+
 def far_behind(sim: Simulator, network: Network, cluster: SimCluster) -> None:
     """A follower cut off for longer than its leader keeps slots (``log_retained_slots`` is
     32 in this scenario, ``SCENARIO_STREAM_SETTINGS``): shard 0's eu follower loses every
@@ -606,6 +629,7 @@ SCENARIOS: dict[str, Callable[[Simulator, Network, SimCluster], None]] = {
     "rejoin-behind": rejoin_behind,
     "majority-crash": majority_crash,
     "far-behind": far_behind,
+    "whole-cluster": whole_cluster,
 }
 # Stream settings a scenario needs (over the seed's own).
 SCENARIO_STREAM_SETTINGS: dict[str, dict[str, Any]] = {"far-behind": {"log_retained_slots": 32}}
@@ -646,6 +670,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "crashes": sum(r.crashes for r in results),
         "restarts": sum(r.restarts for r in results),
         "majority_crashes": sum(r.majority_crashes for r in results),
+        "restores": sum(r.restores for r in results),
         "rolled_back": sum(r.rolled_back for r in results),
         "lost_committed": sum(1 for r in results if "lost-committed" in r.anomaly_kinds),
         "client_errors": _add_counts(r.client_errors for r in results),
