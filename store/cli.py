@@ -257,6 +257,8 @@ def _config(path: Path):  # type: ignore[no-untyped-def]
 def cmd_serve(args: argparse.Namespace) -> int:
     from store.config import ConfigError
     from store.node.server import serve
+    from store.node.snapshot import SnapshotCorrupt
+    from store.node.wal import WalCorrupt
 
     config = _config(args.config)
     if (args.role == "cm" and args.region is None) or (
@@ -273,6 +275,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(config, args.shard, args.role, args.region, rejoin=args.rejoin, breaks=breaks)
     except ConfigError as exc:
         raise SystemExit(f"meridian: {exc}") from None
+    except (WalCorrupt, SnapshotCorrupt) as exc:
+        # Not a torn write: the operator decides (docs/durability.md).
+        raise SystemExit(f"meridian: corrupt data, not starting: {exc}") from None
     return 0
 
 

@@ -98,3 +98,37 @@ def test_a_replica_that_may_have_led_since_its_snapshot_does_not_restore_it() ->
     # No map to say who leads.
     state.cluster_map = None
     assert not ShardFollower.may_restore(state, _logged_acceptor("b"), ME)
+
+
+def test_serve_refuses_a_corrupt_snapshot_or_a_past_without_rejoin(tmp_path: Path) -> None:
+    """``meridian serve`` on a data directory: a snapshot that fails its check stops the
+    process before it serves, naming the file; a healthy one without ``--rejoin`` is a
+    process with a past started as a new member, refused with the reason."""
+    import subprocess
+    import sys
+
+    from store import config as config_module
+    from tests.cluster.conftest import write_cluster_file
+
+    path = write_cluster_file(tmp_path, shards=1)
+    config = config_module.load(path)
+    directory = config.process_data_dir(config.node("leader", 0))
+    directory.mkdir(parents=True)
+    _write(directory, sample_state())
+
+    def serve(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "store.cli", "serve", "--config", str(path), "--shard", "0",
+             "--role", "leader", *extra],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+    refused = serve()
+    assert refused.returncode != 0 and "--rejoin" in refused.stderr, refused.stderr
+    data = bytearray(snapshot_path(directory).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    snapshot_path(directory).write_bytes(bytes(data))
+    corrupt = serve("--rejoin")
+    assert corrupt.returncode != 0, corrupt.stderr
+    assert "corrupt data, not starting" in corrupt.stderr and str(snapshot_path(directory)) in corrupt.stderr
+    assert "Traceback" not in corrupt.stderr
