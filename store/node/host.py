@@ -35,13 +35,19 @@ messages to send and when to wake it. The host gives it the world:
   every later Paxos message waits behind them, in order (etcd/raft's rule, applied to the
   messages that carry acceptor state). Everything else a replica sends derives from
   chosen slots, that is from votes already on disk in a majority, and goes at once: a
-  follower's snapshot replies and state pieces, a leader's 2PC replies. A shard leader's (and
-  a CM leader's) own votes are the one piece of acceptor state it acts on itself: with a disk the host
-  sets its stream's ``votes_after_sync``, its records do not hold (``hold`` false), and the
+  follower's snapshot replies and state pieces, a leader's 2PC replies. A shard leader's (and a
+  CM leader's) own votes are the one piece of acceptor state it acts on itself: with a disk
+  the host sets its stream's ``votes_after_sync``, its records do not hold (``hold`` false), and the
   votes count only when the host calls ``synced`` for the Ready that carried them
   (``Ready.wants_synced``): so a slot is chosen, and a client told COMMITTED, only by
   votes on disk. One sync at a time; it covers every record written before it started
   (group commit); records written while it runs wait for the next.
+* **Snapshots.** With a disk that keeps them (``SnapshotDisk``), a follower writes one of
+  its state (``capture_state``) when it has none of its own on disk yet (a fresh follower,
+  one that copied its state, a retired leader) and whenever the disk asks; the host says
+  whether a log may be rewritten as its acceptor's checkpoint (``checkpoint``: a
+  follower's only when its newest snapshot is at or above the oldest slot its acceptor
+  keeps). A restarted follower goes on from its snapshot if it may (``restore_follower``).
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
 * **Promotion and retirement.** A replica whose ``Ready`` names a ``successor`` (a follower
   the cluster map made its shard's leader, or a retired leader that becomes a follower
@@ -105,8 +111,9 @@ class Durable(Protocol):
 
 
 class SnapshotDisk(Protocol):
-    """A ``Durable`` that also keeps a follower's snapshot (``snapshot`` below): ``save``
-    it, then call ``done(slot)``; ``snapshot_wanted``: the disk asks for a fresh one."""
+    """A ``Durable`` that also keeps a follower's snapshot (store.node.snapshot): write the
+    state whole, then call ``done(slot)``; ``snapshot_wanted``: the disk asks for a fresh
+    one (before it may rewrite the follower's log)."""
 
     snapshot_wanted: bool
 

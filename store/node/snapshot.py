@@ -21,7 +21,7 @@ What the log must keep. The snapshot is at slot ``P``; a restarted follower need
 acceptor's votes above ``P`` (it may have to report them in a phase 1). A log's
 compaction writes only what the acceptor still holds, so the server compacts a follower's
 log only when its newest snapshot is at or above the acceptor's oldest kept slot, and asks
-for a fresh snapshot otherwise (``ShardServer._checkpoint``).
+for a fresh snapshot otherwise (``ReplicaHost.checkpoint``).
 """
 
 from __future__ import annotations
