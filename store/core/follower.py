@@ -569,7 +569,7 @@ class ShardFollower:
             vw=self.vw,
             epochs=self.epochs.copy(),
             cluster_map=self.map,
-            chains=StoreSnapshot(self.store),
+            chains=StoreSnapshot(self.store, visible=dict(self.vw.items())),
             speculative={e: list(items) for e, items in self._speculative.items()},
             held_visibility=list(self._held_visibility),
             recent=dict(self._recent),

@@ -296,3 +296,22 @@ def test_a_copy_given_up_half_way_leaves_nothing_in_the_rejoiners_store() -> Non
         request = asked()
     assert not rejoiner.rejoining
     assert dict(version_chains(rejoiner.store)) == {k: c for k, c in state.chains if c}
+
+
+def test_a_followers_state_leaves_out_versions_no_read_can_reach() -> None:
+    """Reads at a follower are at its vector watermark or a later one: a version older than
+    a key's newest one at or below the watermark is never read again, and its state (for a
+    rejoiner, or its own snapshot on disk) leaves it out; versions above the watermark (not
+    yet visible, perhaps rolled back later) stay."""
+    from store.core.follower import ShardFollower
+
+    follower = ShardFollower(0, "a")
+    store = follower.store
+    for counter in (1, 2, 3, 4):
+        store.install("t/a", counter, False, VectorClock({0: counter}), 0, counter)
+    store.install("t/b", "only", False, VectorClock({0: 9}), 0, 9)
+    follower.vw = VectorClock({0: 2})
+    chains = dict(list(follower.capture_state().chains))
+    assert [value for value, *_ in chains["t/a"]] == [2, 3, 4]
+    assert [value for value, *_ in chains["t/b"]] == ["only"]  # none visible: all kept
+    assert [value for value, *_ in dict(version_chains(store))["t/a"]] == [1, 2, 3, 4]
