@@ -36,6 +36,7 @@ from typing import BinaryIO
 
 from store.core.errors import InvalidRequest
 from store.core.transfer import FollowerState, decode_state, encode_state_steps
+from store.node.wal import fsync_directory
 from store.rpc._native import crc32c
 
 SNAPSHOT_NAME = "snapshot"
@@ -152,11 +153,7 @@ class SnapshotWriter:
                 os.close(fd)
             os.replace(tmp, final)
             if fsync:
-                dir_fd = os.open(self.directory, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                fsync_directory(self.directory)
 
         def finished(future: asyncio.Future[None]) -> None:
             if self.closed:

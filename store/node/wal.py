@@ -114,7 +114,8 @@ def read_segment(path: Path, last: bool) -> tuple[list[bytes], int]:
     return records, offset
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Makes the directory's entries (a new file, a rename, a deletion) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -220,7 +221,7 @@ class Wal:
         self._file = open(path, "ab")  # noqa: SIM115
         if self.fsync:  # the new file exists durably before any record in it is synced
             os.fsync(self._file.fileno())
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         self._segments.append(_Segment(self.next_index, path))
         self._size = 0
 
@@ -240,7 +241,7 @@ class Wal:
         for segment in old:
             segment.path.unlink()
         if self.fsync:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         return before - self.disk_bytes()
 
     def truncate_before(self, index: int) -> int:
@@ -250,7 +251,7 @@ class Wal:
             self._segments.pop(0).path.unlink()
             removed += 1
         if removed and self.fsync:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
         return removed
 
     def disk_bytes(self) -> int:

@@ -32,9 +32,9 @@ from store import config as config_module
 from store.client import Client
 from store.core.errors import MeridianError
 from store.node.up import ProcessCluster
-from store.sim.workloads import ListAppend, list_append_key
+from store.sim.workloads import ListAppend
 from tests.cluster.conftest import run
-from tests.cluster.test_failover import _final_state_holds, probe_key
+from tests.cluster.test_failover import _final_state_holds, acknowledged_appends, probe_key
 
 KILL_AT_S = 3.0
 RUN_S = 12.0
@@ -93,12 +93,7 @@ def test_a_shards_leader_and_a_follower_killed_together_come_back_from_their_log
     back = [t for t in committed_at if t > restarted_at[0]]
     assert back, f"shard 0 never committed again after the restarts at {restarted_at[0]:.1f} s"
 
-    acknowledged: dict[str, set[int]] = {probe: set(probe_values)}
-    for op in result.ops:
-        if op.type == "ok":
-            for f, key, value in op.value:
-                if f == "append":
-                    acknowledged.setdefault(list_append_key(key), set()).add(value)
+    acknowledged = {**acknowledged_appends(result.ops), probe: set(probe_values)}
     run(_final_state_holds(config, acknowledged))
     run(_recovered_from_disk(config))
 
@@ -150,12 +145,7 @@ def test_every_process_killed_comes_back_with_meridian_up(
     for child in geo_cm.children:
         child.wait(timeout=10)
     assert result.counts["ok"] > 100, result.counts
-    acknowledged: dict[str, set[int]] = {}
-    for op in result.ops:
-        if op.type == "ok":
-            for f, key, value in op.value:
-                if f == "append":
-                    acknowledged.setdefault(list_append_key(key), set()).add(value)
+    acknowledged = acknowledged_appends(result.ops)
 
     up = subprocess.Popen(
         [sys.executable, "-m", "store.cli", "up", "--config", str(config.path)],

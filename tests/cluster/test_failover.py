@@ -45,6 +45,17 @@ KILL_AT_S = 3.0
 RUN_S = 9.0
 
 
+def acknowledged_appends(ops: list[Any]) -> dict[str, set[int]]:
+    """Per key, every value an append a client was told COMMITTED (``ok``) added."""
+    acknowledged: dict[str, set[int]] = {}
+    for op in ops:
+        if op.type == "ok":
+            for f, key, value in op.value:
+                if f == "append":
+                    acknowledged.setdefault(list_append_key(key), set()).add(value)
+    return acknowledged
+
+
 def probe_key(config: config_module.ClusterConfig, shard: int) -> str:
     partitioner = config.partitioner()
     return next(
@@ -127,12 +138,7 @@ def test_a_killed_shard_leader_is_replaced_and_nothing_committed_is_lost(
 
     # Nothing a client was told COMMITTED is missing, on the leaders of the new map and on
     # every live follower.
-    acknowledged: dict[str, set[int]] = {}
-    for op in result.ops:
-        if op.type == "ok":
-            for f, key, value in op.value:
-                if f == "append":
-                    acknowledged.setdefault(list_append_key(key), set()).add(value)
+    acknowledged = acknowledged_appends(result.ops)
     for shard in (0, 1):
         acknowledged[probes[shard]] = set(probe_values[shard])
     run(_final_state_holds(config, acknowledged))
