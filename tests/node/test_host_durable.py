@@ -178,3 +178,25 @@ def test_a_sync_that_ends_after_the_host_failed_sends_nothing() -> None:
     host._fail(AssertionError("broken"))
     disk.finish()
     assert sent == [] and len(failures) == 1
+
+
+def test_a_cm_leaders_own_votes_count_only_once_on_disk() -> None:
+    """A configuration manager member leads its stream as a shard leader does: hosted with
+    a disk, its own votes count once synced (``votes_after_sync``); so a command is chosen,
+    and the map changed, only by votes on disk in a majority. Without a disk they count at
+    once."""
+    from store.core.cm import ConfigMember
+    from store.core.paxos import StreamLeader
+    from store.protocol.cluster_map import ClusterMap
+
+    members = ["us/cm", "eu/cm", "ap/cm"]
+    for disk, expected in ((_Disk(), True), (None, False)):
+        member = ConfigMember("us/cm", members, ClusterMap(0, ["l0"], [["f0"]]))
+        host = ReplicaHost(
+            member, rpc=_Rpc(), timers=_Timers(),  # type: ignore[arg-type]
+            peer_address=lambda address: address, stream_send=lambda dst, message: None,
+            request_bytes_max=1 << 20, on_fatal=lambda exc: None, durable=disk,
+        )
+        host.start()
+        assert isinstance(member.stream, StreamLeader)
+        assert member.stream.votes_after_sync is expected
