@@ -31,6 +31,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         regions=args.regions,
         wan_rtt_ms=args.wan_rtt_ms,
         scan_fraction=args.scan_fraction,
+        reverse_fraction=args.reverse_fraction,
         snapshot_fraction=args.snapshot_fraction,
         crashes=args.crashes,
         scenario=args.scenario,
@@ -156,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--scan-fraction", type=float, default=0.15,
         help="list-append: share of micro-operations that scan a range of keys",
+    )
+    sim.add_argument(
+        "--reverse-fraction", type=float, default=0.0,
+        help="list-append: share of scans that read from the range's end (highest key first)",
     )
     sim.add_argument(
         "--snapshot-fraction", type=float, default=0.1,

@@ -161,7 +161,7 @@ class ClusterConfig:
     security: SecurityConfig | None = None  # [security]; None: no TLS, no secret
     metrics_port_offset: int = 2000  # 0: no metrics endpoint
     data_dir: Path | None = None  # None: run_dir / "data"
-    log_bytes_max: int = 256 << 20
+    data_bytes_max: int = 256 << 20
     fsync: bool = True
 
     def nodes(self) -> list[ReplicaNode]:
@@ -273,7 +273,7 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "replication_port_offset": ("integer", 1000, "a replica's gRPC replication port is its RPC port plus this"),
         "metrics_port_offset": ("integer", 2000, "each server serves Prometheus metrics over HTTP at its RPC host, port RPC port plus this, path /metrics; 0: no metrics endpoint"),
         "data_dir": ("path", "<run_dir>/data", "where each server keeps its write-ahead logs, in a directory of its own (<data_dir>/<process name>); relative to the cluster file"),
-        "log_bytes_max": ("integer (bytes)", 256 << 20, "a bound on each stream's write-ahead log: past half of it, the log is rewritten as its acceptor's checkpoint (its promise and the values it still keeps, log_retained_slots of [stream]); 0: never"),
+        "data_bytes_max": ("integer (bytes)", 256 << 20, "a bound on each process's data directory (its write-ahead log and, for a follower, its snapshot): a log is rewritten as its acceptor's checkpoint (its promise and the values it still keeps, log_retained_slots of [stream]) before the directory would pass it; a bound below what the acceptor keeps cannot be held, and the status says so; 0: never rewrite"),
         "fsync": ("true / false", True, "sync every acceptor's promises and votes to disk before the messages that follow them; false is for benchmarks only: a power cut in a majority of regions can then lose committed transactions"),
         "transport": ("'udp' or 'rdma'", "udp", "the RPC core's transport between servers and clients; 'rdma' needs an RDMA device and is refused at startup where it cannot run, saying why"),
     },
@@ -343,9 +343,17 @@ def _table(value: object, what: str) -> dict[str, Any]:
     return value
 
 
+# Keys of earlier versions, and what took their place.
+RENAMED = {
+    "log_bytes_max": "data_bytes_max (a bound on the whole data directory, snapshot included)",
+}
+
+
 def _known_keys(table: dict[str, Any], section: str, what: str, extra: tuple[str, ...] = ()) -> None:
     known = set(STRUCTURE[section]) | set(extra)
     for key in table:
+        if key in RENAMED and key not in known:
+            raise ConfigError(f"{what}: {key!r} is now {RENAMED[key]}")
         if key not in known:
             raise ConfigError(f"{what}: unknown key {key!r}; known: {', '.join(sorted(known))}")
 
@@ -532,7 +540,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             if "data_dir" in cluster else None
         ),
         fsync=_boolean(cluster.get("fsync", True), "cluster.fsync"),
-        log_bytes_max=_integer(cluster.get("log_bytes_max", 256 << 20), "cluster.log_bytes_max"),
+        data_bytes_max=_integer(cluster.get("data_bytes_max", 256 << 20), "cluster.data_bytes_max"),
     )
     _check_listeners(config)
     return config

@@ -53,9 +53,11 @@ from store.client.protocol import (
 )
 from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
+from store.core.keys import Element, Key, to_stored, tuple_of
+from store.core.keys import prefix_range as _prefix_range
 from store.core.partition import Partitioner
 from store.core.settings import DEFAULT_SETTINGS
-from store.core.txn import OPS_PROCEDURE, OpList
+from store.core.txn import OP_ARITY, OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
 from store.protocol.messages import SnapshotRead
 from store.rpc import Nexus, PeerUnavailable, RpcError, RpcSettings, Session, SessionClosed
@@ -195,33 +197,56 @@ class Client:
         return TxnBuilder(self)
 
     async def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
-        OpList(ops, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
-        if route is None and ops:
-            route = ops[0][1]
-        result: list[Any] = (await self._run(OPS_PROCEDURE, [ops], route, speculative=False)).result
+        """Runs built-in operations as one transaction (see ``transaction()``): ``[["get",
+        key], ["put", key, value], ["scan", lo, hi, limit], ...]``; keys are strings or
+        tuples, and a negative scan limit reads the range from its end."""
+        result: list[Any] = (await self._run_ops(ops, route, detailed=False)).result
         return result
 
     async def run_ops_detailed(
         self, ops: list[list[Any]], *, route: str | int | None = None
     ) -> TxnResult:
         """``run_ops`` with latencies and the number of attempts (conflict retries + 1)."""
-        OpList(ops, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
-        if route is None and ops:
-            route = ops[0][1]
-        return await self._run(OPS_PROCEDURE, [ops], route, speculative=False, detailed=True)
+        return await self._run_ops(ops, route, detailed=True)
 
-    async def get(self, key: str) -> Any:
+    async def _run_ops(self, ops: list[list[Any]], route: str | int | None, detailed: bool) -> TxnResult:
+        stored = _stored_ops(ops)
+        OpList(stored, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
+        if route is None and stored:
+            route = stored[0][1]
+        result = await self._run(OPS_PROCEDURE, [stored], route, speculative=False, detailed=detailed)
+        _typed_results(stored, result.result)
+        return result
+
+    async def get(self, key: Key) -> Any:
         return (await self.run_ops([["get", key]]))[0]
 
-    async def put(self, key: str, value: Any) -> None:
+    async def put(self, key: Key, value: Any) -> None:
         await self.run_ops([["put", key, value]])
 
-    async def delete(self, key: str) -> None:
+    async def delete(self, key: Key) -> None:
         await self.run_ops([["delete", key]])
 
-    async def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
-        found = (await self.run_ops([["scan", lo, hi, limit]]))[0]
+    async def scan(
+        self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False,
+    ) -> list[tuple[Key, Any]]:
+        """The pairs of ``[lo, hi)`` (one table), the first ``limit``, or the last ones
+        highest first if ``reverse``."""
+        found = (await self.run_ops([["scan", lo, hi, _signed(limit, reverse)]]))[0]
         return [(key, value) for key, value in found]
+
+    async def scan_prefix(
+        self, prefix: tuple[Element, ...], limit: int = 100, *, reverse: bool = False,
+    ) -> list[tuple[Key, Any]]:
+        """The pairs of every tuple key that starts with ``prefix``."""
+        lo, hi = _prefix_range(prefix)
+        return await self.scan(lo, hi, limit, reverse=reverse)
+
+    async def clear_range(self, lo: Key, hi: Key) -> int:
+        """Deletes every key of ``[lo, hi)`` (one table, fewer keys than the scan limit) in
+        one transaction; returns how many there were."""
+        count: int = (await self.run_ops([["clear_range", lo, hi]]))[0]
+        return count
 
     async def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
         """Each shard leader's health and counters (None for one that does not answer);
@@ -403,33 +428,77 @@ class _OpsBuilder:
     def __init__(self) -> None:
         self.ops: list[list[Any]] = []
 
-    def get(self, key: str) -> Self:
+    def get(self, key: Key) -> Self:
         self.ops.append(["get", key])
         return self
 
-    def put(self, key: str, value: Any) -> Self:
+    def put(self, key: Key, value: Any) -> Self:
         self.ops.append(["put", key, value])
         return self
 
-    def delete(self, key: str) -> Self:
+    def delete(self, key: Key) -> Self:
         self.ops.append(["delete", key])
         return self
 
-    def scan(self, lo: str, hi: str, limit: int = 100) -> Self:
-        self.ops.append(["scan", lo, hi, limit])
+    def scan(self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False) -> Self:
+        self.ops.append(["scan", lo, hi, _signed(limit, reverse)])
         return self
 
-    def append(self, key: str, item: Any) -> Self:
+    def scan_prefix(self, prefix: tuple[Element, ...], limit: int = 100, *, reverse: bool = False) -> Self:
+        lo, hi = _prefix_range(prefix)
+        self.ops.append(["scan", lo, hi, _signed(limit, reverse)])
+        return self
+
+    def clear_range(self, lo: Key, hi: Key) -> Self:
+        self.ops.append(["clear_range", lo, hi])
+        return self
+
+    def append(self, key: Key, item: Any) -> Self:
         self.ops.append(["append", key, item])
         return self
 
-    def increment(self, key: str, delta: int = 1) -> Self:
+    def increment(self, key: Key, delta: int = 1) -> Self:
         self.ops.append(["increment", key, delta])
         return self
 
-    def compare_and_set(self, key: str, expected: Any, new: Any) -> Self:
+    def compare_and_set(self, key: Key, expected: Any, new: Any) -> Self:
         self.ops.append(["cas", key, expected, new])
         return self
+
+
+def _signed(limit: int, reverse: bool) -> int:
+    """A scan's limit as the wire has it: negative for a reverse scan."""
+    if type(reverse) is not bool:
+        raise InvalidRequest("reverse is true or false")
+    return -limit if reverse and type(limit) is int else limit
+
+
+def _stored_ops(ops: object) -> list[list[Any]]:
+    """The operation list with its keys in stored form (tuples packed): what the server and
+    the router see. Anything malformed is left for ``OpList`` to name."""
+    if type(ops) is not list:
+        raise InvalidRequest("operations must be a list")
+    stored: list[list[Any]] = []
+    for op in ops:
+        if type(op) not in (list, tuple) or not op or op[0] not in OP_ARITY:
+            stored.append(op)
+            continue
+        op = list(op)
+        if len(op) > 1 and type(op[1]) is tuple:
+            op[1] = to_stored(op[1])
+        if op[0] in ("scan", "clear_range") and len(op) > 2 and type(op[2]) is tuple:
+            op[2] = to_stored(op[2])
+        stored.append(op)
+    return stored
+
+
+def _typed_results(ops: list[list[Any]], results: list[Any]) -> None:
+    """Scan results' tuple keys (arrays on the wire) back into tuples, in place."""
+    for op, result in zip(ops, results, strict=False):
+        if op[0] == "scan" and type(result) is list:
+            for pair in result:
+                if type(pair[0]) is list:
+                    pair[0] = tuple_of(pair[0])
 
 
 class TxnBuilder(_OpsBuilder):
@@ -530,17 +599,27 @@ class BlockingClient:
         """``run_ops`` with latencies and the number of attempts (conflict retries + 1)."""
         return self._call(self._client.run_ops_detailed(ops, route=route))
 
-    def get(self, key: str) -> Any:
+    def get(self, key: Key) -> Any:
         return self._call(self._client.get(key))
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: Key, value: Any) -> None:
         self._call(self._client.put(key, value))
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: Key) -> None:
         self._call(self._client.delete(key))
 
-    def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
-        return self._call(self._client.scan(lo, hi, limit))
+    def scan(
+        self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False,
+    ) -> list[tuple[Key, Any]]:
+        return self._call(self._client.scan(lo, hi, limit, reverse=reverse))
+
+    def scan_prefix(
+        self, prefix: tuple[Element, ...], limit: int = 100, *, reverse: bool = False,
+    ) -> list[tuple[Key, Any]]:
+        return self._call(self._client.scan_prefix(prefix, limit, reverse=reverse))
+
+    def clear_range(self, lo: Key, hi: Key) -> int:
+        return self._call(self._client.clear_range(lo, hi))
 
     def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
         return self._call(self._client.status(replicas))

@@ -40,6 +40,10 @@ ABORTING = 6  # aborted: abort requests may still be in flight
 PREPARING = 7  # the pair path: its one PrepareRequest is out (store.core.coordinator)
 
 
+def _key_of(item: ReadItem) -> str:
+    return item[0]
+
+
 
 class Transaction:
     """One transaction at its coordinator, from submission to its last message."""
@@ -262,7 +266,7 @@ class Execution:
         values = [txn.batch_items[key][2] for key in batch.keys]
         scans = []
         for j, (_, _, limit) in enumerate(batch.scans):
-            found = sorted(txn.batch_scans[j], key=lambda item: item[0])[:limit]
+            found = sorted(txn.batch_scans[j], key=_key_of, reverse=limit < 0)[: abs(limit)]
             scans.append([(item[0], item[2]) for item in found])
         return values, scans
 

@@ -500,7 +500,24 @@ class ShardFollower:
         assert self.rejoining and self._kept_acceptor, "restore() is for a restarted replica"
         assert self.may_restore(state, self.stream.acceptor, self.address)
         self.restores += 1
+        if not state.recent:
+            state.recent = self._recent_from_log(state.slot)
         self._install_state(state)
+
+    def _recent_from_log(self, slot: int) -> dict[int, Entry]:
+        """The entries delivered below ``slot`` that a snapshot on disk leaves out: its
+        acceptor (from its log) holds the chosen value of every slot its learner delivered
+        and did not forget (``Acceptor.learned``), and the host writes a snapshot only once
+        the log records of what it delivered are synced. Back from ``slot`` to the first
+        slot it does not hold, at most ``log_retained_slots`` of them."""
+        acceptor = self.stream.acceptor
+        recent: dict[int, Entry] = {}
+        for back in range(slot - 1, max(slot - self.stream_settings.log_retained_slots, 0) - 1, -1):
+            held = acceptor.accepted(back)
+            if held is None:
+                break
+            recent[back] = held[1]
+        return dict(sorted(recent.items()))
 
     def _install_state(self, state: FollowerState) -> None:
         """Becomes the follower the source was at its delivery point (module doc)."""
@@ -558,8 +575,10 @@ class ShardFollower:
             self._probe.watermark(self.address, dict(self.vw.items()))
         self._apply_fvws()
 
-    def capture_state(self) -> FollowerState:
-        """This follower's state at its delivery point, for a rejoining replica."""
+    def capture_state(self, *, with_recent: bool = True) -> FollowerState:
+        """This follower's state at its delivery point, for a rejoining replica.
+        ``with_recent=False``: without the recently delivered entries (its own snapshot on
+        disk: its log holds them, see ``restore``)."""
         return FollowerState(
             shard=self.shard,
             slot=self.stream.learner.delivered_through,
@@ -572,7 +591,7 @@ class ShardFollower:
             chains=StoreSnapshot(self.store, visible=dict(self.vw.items())),
             speculative={e: list(items) for e, items in self._speculative.items()},
             held_visibility=list(self._held_visibility),
-            recent=dict(self._recent),
+            recent=dict(self._recent) if with_recent else {},
             applied_slots=self.applied_slots,
             applied_records=self.applied_records,
         )
@@ -589,11 +608,12 @@ class ShardFollower:
         scans = []
         for lo, hi, limit in request.scans:
             found: list[tuple[str, Any]] = []
-            for key in self.store.keys_in_range(lo, hi):
+            keys = self.store.keys_in_range(lo, hi)
+            for key in reversed(keys) if limit < 0 else keys:
                 version = self.store.latest_at_or_below(key, vw)
                 if version is not None and not version.deleted:
                     found.append((key, version.value))
-                    if len(found) >= limit:
+                    if len(found) >= abs(limit):
                         break
             scans.append(found)
         return SnapshotReply(request.req_id, self.shard, values, scans, self.vw, self.applied_slots)

@@ -102,6 +102,19 @@ PREPARED = PREPARE_OK
 REFUSED = PREPARE_CONFLICT
 
 
+def covered_range(lo: str, hi: str, limit: int, seen: list[tuple[str, int]]) -> tuple[str, str, bool]:
+    """The keys a scan's result speaks for, as ``(start, end, end included)``: all of
+    ``[lo, hi)``, unless its limit cut it short; then up to its last key, or for a reverse
+    scan (a negative limit) down to it. A lock inside that range means a writer may change
+    what the scan saw; beyond it, nothing the scan returned depends on."""
+    if len(seen) < abs(limit):
+        return lo, hi, False
+    last = seen[-1][0]
+    if limit < 0:
+        return last, hi, False
+    return lo, last, True
+
+
 class Participant:
     def __init__(
         self,
@@ -431,11 +444,8 @@ class Participant:
             if store.scan_vids(lo, hi, limit) != seen:
                 return False
             if check_locks:
-                if len(seen) >= limit:
-                    last_key = seen[-1][0]
-                    if store.range_locked_by_other(lo, last_key, txn_id, inclusive_hi=True):
-                        return False
-                elif store.range_locked_by_other(lo, hi, txn_id, inclusive_hi=False):
+                start, end, inclusive = covered_range(lo, hi, limit, seen)
+                if store.range_locked_by_other(start, end, txn_id, inclusive_hi=inclusive):
                     return False
         return True
 

@@ -1,7 +1,8 @@
 """Partitioners: which shard owns a key (DESIGN.md §2).
 
-Keys are strings. A key's table is the part before its first ``/`` (``"stock/0001/42"``
-is in table ``stock``). The default partitioner hashes the whole key with CRC-32 — never
+Keys are strings (tuple keys are packed into strings: ``store.core.keys``). A string key's
+table is the part before its first ``/`` (``"stock/0001/42"`` is in table ``stock``); a
+tuple key's is its first element. The default partitioner hashes the whole key with CRC-32 — never
 Python's ``hash``, which is randomized per process and would make placement, and the
 simulator's histories, differ between runs.
 """
@@ -11,15 +12,31 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
+from store.core.keys import PACKED_BELOW, PREFIX_END, first_element_end
+
 
 def table_of(key: str) -> str:
+    """A string key's table is the part before its first ``/``; a tuple key's (a packing,
+    ``store.core.keys``) is its first element, packed."""
+    if key < PACKED_BELOW:
+        return key[: first_element_end(key)] if key else ""
     slash = key.find("/")
     return key[:slash] if slash >= 0 else ""
 
 
 def table_end(table: str) -> str:
-    """The least key above every key of ``table`` ('0' follows '/')."""
+    """The least key above every key of ``table`` ('0' follows '/'; for a tuple table,
+    0xFF is above every element's type code)."""
+    if table < PACKED_BELOW and table:
+        return table + PREFIX_END
     return table + "0"
+
+
+def in_one_table(lo: str, hi: str) -> bool:
+    """Whether the range ``[lo, hi)`` lies in one table (what a scan may cover)."""
+    if lo < PACKED_BELOW:
+        return bool(lo) and hi <= table_end(table_of(lo))
+    return "/" in lo and hi <= table_end(table_of(lo))
 
 
 class Partitioner:

@@ -133,12 +133,15 @@ class VersionedStore:
         return False
 
     def scan(self, lo: str, hi: str, limit: int) -> list[tuple[str, Version]]:
-        """Visible (non-deleted) latest versions of keys in [lo, hi), in key order."""
+        """Visible (non-deleted) latest versions of keys in [lo, hi), the first ``limit`` in
+        key order; a negative ``limit``: the last ``-limit``, highest first."""
         table = self._tables.get(table_of(lo))
-        if table is None or limit <= 0:
+        if table is None or limit == 0:
             return []
+        reverse = limit < 0
+        limit = abs(limit)
         found: list[tuple[str, Version]] = []
-        for key in table.irange(lo, hi, inclusive=(True, False)):
+        for key in table.irange(lo, hi, inclusive=(True, False), reverse=reverse):
             version = self.latest(key)
             if version is not None and not version.deleted:
                 found.append((key, version))

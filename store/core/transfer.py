@@ -50,6 +50,7 @@ from store.core.errors import InvalidRequest
 from store.core.paxos import Ballot, Entry
 from store.core.paxos.messages import entry_from_wire, entry_to_wire
 from store.core.storage import CERTIFIED, ROLLED_BACK, VersionedStore
+from store.core.values import PACK, UNPACK
 from store.core.vclock import VectorClock
 from store.protocol.cluster_map import ClusterMap, cluster_map_from_wire
 from store.protocol.messages import StatePiece, StateRequest
@@ -220,7 +221,7 @@ def encode_state_steps(state: FollowerState) -> Iterator[bytes]:
     are taken (``StoreSnapshot``); everything else that can change at the source is packed
     now, and the kept entries (up to ``log_retained_slots``, never changed once chosen) are
     only listed now."""
-    packer = msgpack.Packer(use_bin_type=True)
+    packer = msgpack.Packer(**PACK)
     pack = packer.pack
     fvw_applied = state.fvw_applied + 1  # -1 (none) travels as 0: integers are non-negative
     head: list[Any] = [
@@ -376,7 +377,7 @@ class StateDecoder:
     def __init__(self, into: VersionedStore | None = None) -> None:
         self._into = into
         self._unpacker = msgpack.Unpacker(
-            raw=False, strict_map_key=False, use_list=True, max_buffer_size=STATE_BYTES_MAX
+            strict_map_key=False, use_list=True, max_buffer_size=STATE_BYTES_MAX, **UNPACK
         )
         self._arity: int | None = None
         self._fields: list[Any] = []

@@ -12,13 +12,27 @@ procedure reads its own buffered writes.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, NoReturn
 
 from store.core.errors import InvalidRequest, UnknownProcedure
-from store.core.partition import table_end, table_of
+from store.core.keys import (
+    PACKED_BELOW,
+    PREFIX_END,
+    Element,
+    Key,
+    check_packed,
+    from_stored,
+    prefix_range,
+    to_stored,
+    tuple_of,
+)
+from store.core.partition import in_one_table
 from store.core.settings import Settings
+from store.core.values import check_datetime, check_decimal
 
 Procedure = Callable[..., Awaitable[Any]]
 
@@ -55,13 +69,87 @@ _DELETED = object()
 
 
 def check_key(key: object, settings: Settings) -> str:
+    """The stored form of a key (``store.core.keys``): a string as it is, a tuple packed (a
+    list, as a tuple arrives over the wire, is a tuple); InvalidRequest for anything else."""
     if type(key) is not str:
-        raise InvalidRequest(f"keys are strings, got {type(key).__name__}")
-    if not key:
+        if type(key) is list:
+            key = tuple_of(key)
+        key = to_stored(key)
+    elif not key:
         raise InvalidRequest("empty key")
+    elif key < PACKED_BELOW:
+        check_packed(key)
     if len(key) > settings.key_bytes_max or len(key.encode()) > settings.key_bytes_max:
         raise InvalidRequest(f"key longer than {settings.key_bytes_max} bytes")
     return key
+
+
+def check_range(lo: object, hi: object, limit: object, settings: Settings) -> tuple[str, str, int]:
+    """A scan of ``[lo, hi)`` as the store runs it: ``(lo, hi, limit)`` with a negative
+    limit for a reverse scan (the last ``-limit`` keys, highest first)."""
+    stored_lo, stored_hi = check_key(lo, settings), _check_end(hi, settings)
+    if type(limit) is not int or not 0 < abs(limit) <= settings.scan_limit_max:
+        raise InvalidRequest(f"scan limit must be 1..{settings.scan_limit_max}")
+    if not in_one_table(stored_lo, stored_hi):
+        raise InvalidRequest(
+            "a scan's range must lie in one table (string keys 'table/...'; tuple keys "
+            "sharing their first element)"
+        )
+    return stored_lo, stored_hi, limit
+
+
+def _check_end(hi: object, settings: Settings) -> str:
+    """A range's end: a key, or the end of a prefix's range (a packing and 0xFF)."""
+    if type(hi) is str and hi < PACKED_BELOW and hi.endswith(PREFIX_END):
+        try:
+            return check_key(hi, settings)
+        except InvalidRequest:
+            check_key(hi[:-1], settings)
+            return hi
+    return check_key(hi, settings)
+
+
+def check_prefix(prefix: object, limit: object, settings: Settings) -> tuple[str, str, int]:
+    """The scan of every tuple key that starts with ``prefix`` (a tuple)."""
+    if type(prefix) is list:
+        prefix = tuple_of(prefix)
+    if type(prefix) is not tuple:
+        raise InvalidRequest(f"a prefix is a tuple, got {type(prefix).__name__}")
+    lo, hi = prefix_range(prefix)
+    return check_range(lo, hi, limit, settings)
+
+
+class Range:
+    """One range read of ``Tx.read_many``: ``Range(lo, hi)``, or ``Range.prefix(p)`` for
+    every tuple key that starts with ``p``; ``limit`` keys at most, the highest first when
+    ``reverse``; ``keys_only`` leaves the values out of the result."""
+
+    __slots__ = ("hi", "keys_only", "limit", "lo", "prefix_of", "reverse")
+
+    def __init__(
+        self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False,
+        keys_only: bool = False,
+    ) -> None:
+        self.lo, self.hi, self.limit = lo, hi, limit
+        self.reverse, self.keys_only = reverse, keys_only
+        self.prefix_of: tuple[Element, ...] | None = None
+
+    @classmethod
+    def prefix(
+        cls, prefix: tuple[Element, ...], limit: int = 100, *, reverse: bool = False,
+        keys_only: bool = False,
+    ) -> Range:
+        spec = cls("", "", limit, reverse=reverse, keys_only=keys_only)
+        spec.prefix_of = prefix
+        return spec
+
+    def stored(self, settings: Settings) -> tuple[str, str, int]:
+        if type(self.reverse) is not bool or type(self.keys_only) is not bool:
+            raise InvalidRequest("reverse and keys_only are true or false")
+        limit = -self.limit if self.reverse and type(self.limit) is int else self.limit
+        if self.prefix_of is not None:
+            return check_prefix(self.prefix_of, limit, settings)
+        return check_range(self.lo, self.hi, limit, settings)
 
 
 def value_size(value: object, depth: int = 0) -> int:
@@ -89,6 +177,11 @@ def value_size(value: object, depth: int = 0) -> int:
                 raise InvalidRequest("map keys in values must be strings")
             total += len(key.encode()) + 5 + value_size(item, depth + 1)
         return total
+    kind = type(value)
+    if kind is datetime.datetime:
+        return check_datetime(value)  # type: ignore[arg-type]
+    if kind is decimal.Decimal:
+        return check_decimal(value)  # type: ignore[arg-type]
     raise InvalidRequest(f"values of type {type(value).__name__} cannot be stored")
 
 
@@ -110,8 +203,10 @@ class Tx:
         # so a procedure sees one consistent value and pays one round for it.
         self._read: dict[str, Any] = {}
 
-    async def get(self, key: str) -> Any:
-        """The value of ``key``, or None if it does not exist."""
+    async def get(self, key: Key) -> Any:
+        """The value of ``key`` (a string or a tuple), or None if it does not exist."""
+        if type(key) is not str:
+            key = check_key(key, self._settings)
         buffered = self.writes.get(key)
         if buffered is not None:
             return None if buffered[1] else buffered[0]
@@ -123,41 +218,100 @@ class Tx:
         read[key] = values[0]
         return values[0]
 
-    async def get_many(self, keys: Sequence[str]) -> list[Any]:
+    async def get_many(self, keys: Sequence[Key]) -> list[Any]:
         """Values of several keys, read in one round per shard."""
+        values, _ = await self.read_many(keys, ())
+        return values
+
+    async def read_many(
+        self, gets: Sequence[Key] = (), scans: Sequence[Range] = (),
+    ) -> tuple[list[Any], list[list[Any]]]:
+        """Point reads and range reads together, in one round per shard: the values of
+        ``gets`` (None where absent) and, for each ``Range`` of ``scans``, its pairs (its
+        keys alone if ``keys_only``), as ``scan`` gives them."""
+        settings = self._settings
+        stored = [check_key(key, settings) for key in gets]
+        ranges = [spec.stored(settings) for spec in scans]
         writes, read = self.writes, self._read
-        missing = list(dict.fromkeys(k for k in keys if k not in writes and k not in read))
-        if missing:
-            for key in missing:
-                check_key(key, self._settings)
-            values, _ = await ReadBatch(missing, [])
+        missing = list(dict.fromkeys(k for k in stored if k not in writes and k not in read))
+        found: list[list[tuple[str, Any]]] = []
+        if missing or ranges:
+            values, found = await ReadBatch(missing, [self._widened(r) for r in ranges])
             read.update(zip(missing, values, strict=True))
         result = []
-        for key in keys:
+        for key in stored:
             buffered = writes.get(key)
             if buffered is not None:
                 result.append(None if buffered[1] else buffered[0])
             else:
                 result.append(read[key])
-        return result
+        scanned: list[list[Any]] = []
+        for spec, (lo, hi, limit), pairs in zip(scans, ranges, found, strict=True):
+            merged = self._overlay(pairs, lo, hi, limit)
+            if spec.keys_only:
+                scanned.append([from_stored(key) for key, _ in merged])
+            else:
+                scanned.append([(from_stored(key), value) for key, value in merged])
+        return result, scanned
 
-    async def scan(self, lo: str, hi: str, limit: int = 100) -> list[tuple[str, Any]]:
-        """Key-value pairs with lo <= key < hi in key order, at most ``limit`` of them.
+    async def scan(
+        self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False,
+    ) -> list[tuple[Key, Any]]:
+        """Key-value pairs with lo <= key < hi in key order (highest first if ``reverse``),
+        at most ``limit`` of them.
 
-        The range must lie in one table (the part of a key before its first ``/``):
-        ``scan("stock/", "stock0")`` covers the whole ``stock`` table.
+        The range must lie in one table: the part of a string key before its first ``/``
+        (``scan("stock/", "stock0")`` covers the whole ``stock`` table), or the first
+        element of a tuple key (``scan_prefix`` covers a tuple prefix with no end key).
         """
-        check_key(lo, self._settings)
-        check_key(hi, self._settings)
-        if type(limit) is not int or not 0 < limit <= self._settings.scan_limit_max:
-            raise InvalidRequest(f"scan limit must be 1..{self._settings.scan_limit_max}")
-        if "/" not in lo or hi > table_end(table_of(lo)):
-            raise InvalidRequest("a scan's range must lie in one table (keys 'table/...')")
-        _, scans = await ReadBatch([], [(lo, hi, limit)])
-        found: list[tuple[str, Any]] = scans[0]
+        _, (pairs,) = await self.read_many((), (Range(lo, hi, limit, reverse=reverse),))
+        return pairs
+
+    async def scan_prefix(
+        self, prefix: tuple[Element, ...], limit: int = 100, *, reverse: bool = False,
+    ) -> list[tuple[Key, Any]]:
+        """The pairs of every tuple key that starts with ``prefix``: ``scan_prefix(("order",
+        w, d), 1, reverse=True)`` is the newest order of a district."""
+        _, (pairs,) = await self.read_many((), (Range.prefix(prefix, limit, reverse=reverse),))
+        return pairs
+
+    async def count(self, lo: Key, hi: Key, limit: int | None = None) -> int:
+        """How many keys ``[lo, hi)`` holds, up to ``limit`` (the settings' scan limit)."""
+        bound = self._settings.scan_limit_max if limit is None else limit
+        _, (keys,) = await self.read_many((), (Range(lo, hi, bound, keys_only=True),))
+        return len(keys)
+
+    async def clear_range(self, lo: Key, hi: Key) -> int:
+        """Deletes every key in ``[lo, hi)`` (one table); returns how many. The range is read
+        as a scan is, so a key another transaction inserts in it meanwhile aborts one of the
+        two; a range of more keys than the scan limit is refused (clear it in parts, or
+        ``truncate`` a table)."""
+        limit = self._settings.scan_limit_max
+        _, (keys,) = await self.read_many((), (Range(lo, hi, limit, keys_only=True),))
+        if len(keys) >= limit:
+            raise InvalidRequest(
+                f"clear_range of {limit} keys or more; clear it in parts of fewer"
+            )
+        for key in keys:
+            self.delete(key)
+        return len(keys)
+
+    def _widened(self, scan: tuple[str, str, int]) -> tuple[str, str, int]:
+        """The scan to ask the store for: one more key for each of this transaction's own
+        deletes in the range, which may take the place of a key the store returns."""
+        lo, hi, limit = scan
+        deletes = sum(1 for k, (_, deleted) in self.writes.items() if deleted and lo <= k < hi)
+        if not deletes:
+            return scan
+        return lo, hi, limit - deletes if limit < 0 else limit + deletes
+
+    def _overlay(
+        self, found: list[tuple[str, Any]], lo: str, hi: str, limit: int,
+    ) -> list[tuple[str, Any]]:
+        """A scan's pairs with this transaction's writes in ``[lo, hi)`` laid over them."""
         overlay = {k: w for k, w in self.writes.items() if lo <= k < hi}
         if not overlay:
-            return found
+            return found[: abs(limit)]
         merged = {key: value for key, value in found}
         for key, (value, deleted) in overlay.items():
             if deleted:
@@ -165,20 +319,24 @@ class Tx:
             else:
                 merged[key] = value
         # Own inserts past the store's limit-th key are still in range; keep the limit.
+        if limit < 0:
+            return sorted(merged.items(), reverse=True)[:-limit]
         return sorted(merged.items())[:limit]
 
-    def put(self, key: str, value: Any) -> None:
-        check_key(key, self._settings)
+    def put(self, key: Key, value: Any) -> None:
+        key = check_key(key, self._settings)
         check_value(value, self._settings)
         self.writes.pop(key, None)
         self.writes[key] = (value, False)
         if len(self.writes) > self._settings.ops_per_txn_max:
             raise InvalidRequest(f"more than {self._settings.ops_per_txn_max} writes")
 
-    def delete(self, key: str) -> None:
-        check_key(key, self._settings)
+    def delete(self, key: Key) -> None:
+        key = check_key(key, self._settings)
         self.writes.pop(key, None)
         self.writes[key] = (None, True)
+        if len(self.writes) > self._settings.ops_per_txn_max:
+            raise InvalidRequest(f"more than {self._settings.ops_per_txn_max} writes")
 
     def abort(self, reason: str = "aborted by the procedure") -> NoReturn:
         """Ends the transaction without writing anything (not a conflict: no retry)."""
@@ -230,14 +388,15 @@ OP_ARITY = {
     "append": 2,
     "cas": 3,
     "increment": 2,
+    "clear_range": 2,
 }
 
 
 # Operation codes of a parsed list (``OpList.ops``).
-GET, PUT, DELETE, SCAN, APPEND, CAS, INCREMENT = range(7)
+GET, PUT, DELETE, SCAN, APPEND, CAS, INCREMENT, CLEAR_RANGE = range(8)
 _CODES = {
     "get": GET, "put": PUT, "delete": DELETE, "scan": SCAN, "append": APPEND, "cas": CAS,
-    "increment": INCREMENT,
+    "increment": INCREMENT, "clear_range": CLEAR_RANGE,
 }
 _INT_MIN, _INT_END = -(1 << 63), 1 << 64
 _SPECS = {name: (code, OP_ARITY[name]) for name, code in _CODES.items()}
@@ -283,6 +442,8 @@ class OpList:
         written: dict[str, None] = {}  # every key an operation writes whatever it reads
         conditional = False  # a compare-and-set: whether it writes depends on what it reads
         scans: list[tuple[str, str, int]] = []
+        removals: list[str] = []  # keys deleted (or perhaps, by a compare-and-set) so far
+        cleared: list[tuple[str, str]] = []  # ranges of the clear_range operations so far
         specs = _SPECS
         for op in ops:
             kind = type(op)
@@ -294,10 +455,10 @@ class OpList:
             if (kind is not list and kind is not tuple) or len(op) != arity + 1:
                 _bad_operation(op)
             key = op[1]
-            if type(key) is not str or not key or (
+            if type(key) is not str or key < PACKED_BELOW or (
                 len(key) > short_key and len(key.encode()) > key_max
             ):
-                check_key(key, settings)  # raises the precise error
+                key = check_key(key, settings)  # a tuple packed, or the precise error
             # The two operations of most lists first, without the general checks below.
             if code == INCREMENT:
                 first = op[2]
@@ -334,16 +495,24 @@ class OpList:
                     check_value(second, settings)
             elif code == PUT:
                 check_value(first, settings)
-            elif code == SCAN:
-                first = check_key(first, settings)
-                if type(second) is not int or not 0 < second <= settings.scan_limit_max:
-                    raise InvalidRequest(f"scan limit must be 1..{settings.scan_limit_max}")
-                if "/" not in key or first > table_end(table_of(key)):
-                    raise InvalidRequest("a scan's range must lie in one table (keys 'table/...')")
+            elif code in (SCAN, CLEAR_RANGE):
+                if code == CLEAR_RANGE:
+                    second = settings.scan_limit_max
+                key, first, second = check_range(key, first, second, settings)
                 index = len(scans)
-                scans.append((key, first, second))
-            if code != SCAN:
+                # The operations before it may delete keys the store returns: ask for one
+                # more key per such delete (for a clear_range before it, for every key).
+                extra = sum(1 for k in removals if key <= k < first)
+                if any(lo < first and key < hi for lo, hi in cleared):
+                    extra = settings.scan_limit_max
+                scans.append((key, first, second - extra if second < 0 else second + extra))
+                if code == CLEAR_RANGE:
+                    cleared.append((key, first))
+                    conditional = True  # it writes what it finds
+            if code not in (SCAN, CLEAR_RANGE):
                 keys[key] = None
+            if code in (DELETE, CAS):
+                removals.append(key)
             if code in (PUT, DELETE, APPEND, INCREMENT):
                 written[key] = None
             elif code == CAS:
@@ -376,7 +545,19 @@ class OpList:
                 results.append(None)
                 continue
             if code == SCAN:
-                results.append(_overlay(scanned[index], writes, key, first, second))
+                results.append(
+                    [[from_stored(k), value] for k, value in _overlay(scanned[index], writes, key, first, second)]
+                )
+                continue
+            if code == CLEAR_RANGE:
+                found = _overlay(scanned[index], writes, key, first, second)
+                if len(found) >= second:
+                    raise InvalidRequest(
+                        f"clear_range of {second} keys or more; clear it in parts of fewer"
+                    )
+                for k, _ in found:
+                    writes[k] = (None, True)
+                results.append(len(found))
                 continue
             if key in writes:
                 buffered = writes[key]
@@ -421,8 +602,9 @@ class OpList:
 def _overlay(
     found: list[tuple[str, Any]], writes: dict[str, tuple[Any, bool]], lo: str, hi: str,
     limit: int,
-) -> list[list[Any]]:
-    """A scan's pairs with the list's own writes in [lo, hi) laid over them."""
+) -> list[tuple[str, Any]]:
+    """A scan's pairs with the list's own writes in [lo, hi) laid over them (a negative
+    ``limit``: a reverse scan's)."""
     merged = {key: value for key, value in found}
     overlaid = False
     for key, (value, deleted) in writes.items():
@@ -432,8 +614,11 @@ def _overlay(
                 merged.pop(key, None)
             else:
                 merged[key] = value
-    pairs = sorted(merged.items())[:limit] if overlaid else list(merged.items())
-    return [[key, value] for key, value in pairs]
+    if not overlaid:  # the store may have been asked for more (``OpList``: its deletes)
+        return list(merged.items())[: abs(limit)]
+    if limit < 0:
+        return sorted(merged.items(), reverse=True)[:-limit]
+    return sorted(merged.items())[:limit]
 
 
 # Parameter annotations a registry checks before a procedure runs, so that a call with
@@ -446,7 +631,31 @@ _CHECKED_ANNOTATIONS: dict[str, tuple[type, ...]] = {
     "bytes": (bytes,),
     "list": (list,),
     "dict": (dict,),
+    "datetime": (datetime.datetime,),
+    "datetime.datetime": (datetime.datetime,),
+    "Decimal": (decimal.Decimal,),
+    "decimal.Decimal": (decimal.Decimal,),
+    "None": (type(None),),
 }
+
+
+def _checked_types(annotation: object) -> tuple[type, ...] | None:
+    """The types an annotation admits, if it is one the registry checks: a name above, or
+    a union of them (``int | None``, ``Optional[int]``); None for anything else."""
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+    else:
+        text = str(annotation) if getattr(annotation, "__args__", None) else getattr(annotation, "__name__", "")
+        text = text.replace("typing.", "").replace("NoneType", "None").replace(" ", "")
+    if text.startswith("Optional[") and text.endswith("]"):
+        text = text[len("Optional[") : -1] + "|None"
+    types: list[type] = []
+    for part in text.split("|"):
+        admitted = _CHECKED_ANNOTATIONS.get(part)
+        if admitted is None:
+            return None
+        types.extend(admitted)
+    return tuple(types) if types else None
 
 
 class Procedures:
@@ -469,9 +678,7 @@ class Procedures:
         for parameter in list(signature.parameters.values())[1:]:
             if parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
                 break
-            annotation = parameter.annotation
-            text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-            types = _CHECKED_ANNOTATIONS.get(text)
+            types = _checked_types(parameter.annotation)
             checks.append((parameter.name, types) if types else None)
         self._arg_types[name] = checks
 
@@ -498,9 +705,11 @@ class Procedures:
                 continue
             parameter, types = check
             if type(arg) not in types or (type(arg) is bool and bool not in types):
+                wanted = " or ".join(
+                    "None" if t is type(None) else t.__name__ for t in dict.fromkeys(types)
+                )
                 raise InvalidRequest(
-                    f"{name!r}: argument {parameter!r} must be {types[0].__name__}, "
-                    f"got {type(arg).__name__}"
+                    f"{name!r}: argument {parameter!r} must be {wanted}, got {type(arg).__name__}"
                 )
         return procedure(tx, *args)
 

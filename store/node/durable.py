@@ -19,6 +19,16 @@ raises ``WalCorrupt``, and the server stops with the file and byte) and hands ba
 decoded records per stream, for ``Acceptor.recover``. A record that does not decode is
 corruption too: its checksum was good, so the bytes are what was written, and a log this
 version cannot read must not be half-recovered.
+
+Bound. ``data_bytes_max`` (``[cluster]``) bounds the whole data directory: every log and,
+at a follower, its snapshot files (the one on disk and the one being written). A log is
+rewritten as its acceptor's checkpoint (``Wal.rewrite``: the new segment is synced before
+the old ones go, so for a moment both are on disk) while the directory plus one checkpoint
+plus a margin of a sixteenth of the bound still fits (``_rewrite_due``). The checkpoint is
+what the acceptor keeps, its promise and the last ``log_retained_slots`` values; a bound
+below twice that plus the snapshot cannot be held, and ``over_bound`` (in the status)
+counts the rewrites that found so. ``peak_bytes`` is the largest total seen, the rewrites'
+transients included.
 """
 
 from __future__ import annotations
@@ -54,12 +64,16 @@ class WalDurable:
         self._segment_bytes_max = SEGMENT_BYTES_MAX
         # One thread: syncs run one at a time anyway (the host starts the next when one ends).
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="meridian-fsync")
-        # Compaction: a stream's log past ``compact_bytes`` is rewritten as a checkpoint of
-        # its acceptor (``checkpoint(stream)``, set by the server; None: never).
-        self.compact_bytes = 0
+        # Compaction (module doc, "Bound"): a log is rewritten as a checkpoint of its
+        # acceptor (``checkpoint(stream)``, set by the server) before the directory would
+        # pass ``data_bytes_max`` (0: never).
+        self.data_bytes_max = 0
         self.checkpoint: Callable[[int], list[PaxosMessage] | None] | None = None
         self._written_since: dict[int, int] = {}
+        self._checkpoint_bytes: dict[int, int] = {}  # the size of each log's last rewrite
         self.compactions = 0
+        self.over_bound = 0  # rewrites that left the directory above the bound
+        self.peak_bytes = 0
         self.records_written = 0
         self.syncs = 0
         self.sync_ns_total = 0
@@ -123,11 +137,31 @@ class WalDurable:
             self._log(record.stream).append(encode(record))
             self._dirty.add(record.stream)
         self.records_written += len(records)
-        if self.compact_bytes and self.checkpoint is not None:
+        if self.data_bytes_max and self.checkpoint is not None:
             for stream in {record.stream for record in records}:
-                wal = self._logs[stream]
-                if wal.bytes_written - self._written_since.get(stream, 0) > self.compact_bytes:
-                    self._compact(stream, wal)
+                if self._rewrite_due(stream):
+                    self._compact(stream, self._logs[stream])
+
+    def data_bytes(self) -> int:
+        """What the data directory holds: every log, and the snapshot files."""
+        snapshots = self.snapshots.disk_bytes() if self.snapshots is not None else 0
+        return sum(wal.size for wal in self._logs.values()) + snapshots
+
+    def _rewrite_due(self, stream: int) -> bool:
+        """Whether ``stream``'s log is rewritten now: a rewrite holds the old segments and
+        the new one together until it ends, so it must start while the directory plus a
+        checkpoint (the size of its last, or the whole log before the first) plus a margin
+        for what the stream writes meanwhile is still within the bound. Not before the log
+        has grown by a sixteenth of the bound since its last rewrite, so that a bound too
+        small for what the acceptor keeps costs a rewrite per sixteenth, not per write."""
+        wal = self._logs[stream]
+        bound = self.data_bytes_max
+        if wal.bytes_written - self._written_since.get(stream, 0) < bound // 16:
+            return False
+        total = self.data_bytes()
+        self.peak_bytes = max(self.peak_bytes, total)
+        checkpoint = self._checkpoint_bytes.get(stream, wal.size)
+        return total + checkpoint + bound // 16 > bound
 
     def _compact(self, stream: int, wal: Wal) -> None:
         """Rewrites the stream's log as its acceptor's checkpoint (synced before the old
@@ -137,10 +171,15 @@ class WalDurable:
         records = self.checkpoint(stream)
         if records is None:
             return
+        before = wal.size
         wal.rewrite([encode(record) for record in records])
+        self.peak_bytes = max(self.peak_bytes, self.data_bytes() + before)
         self._dirty.discard(stream)  # the rewrite synced everything
         self._written_since[stream] = wal.bytes_written
+        self._checkpoint_bytes[stream] = wal.size
         self.compactions += 1
+        if self.data_bytes() + wal.size + self.data_bytes_max // 16 > self.data_bytes_max:
+            self.over_bound += 1  # what the acceptor keeps does not fit: the status says so
 
     def save_snapshot(self, state: FollowerState, done: Callable[[int], None]) -> None:
         """Writes a follower's snapshot (``SnapshotDisk``), without stopping the loop."""

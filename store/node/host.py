@@ -47,7 +47,10 @@ messages to send and when to wake it. The host gives it the world:
   one that copied its state, a retired leader) and whenever the disk asks; the host says
   whether a log may be rewritten as its acceptor's checkpoint (``checkpoint``: a
   follower's only when its newest snapshot is at or above the oldest slot its acceptor
-  keeps). A restarted follower goes on from its snapshot if it may (``restore_follower``).
+  keeps). A snapshot leaves out the entries the follower delivered recently, which its
+  log holds (``Acceptor.learned``), so it goes to the disk only once every record written
+  before it was captured is synced. A restarted follower goes on from its snapshot if it
+  may (``restore_follower``).
 * **Time.** One timer at the replica's wake-up time; ``Timers`` says what "now" is.
 * **Promotion and retirement.** A replica whose ``Ready`` names a ``successor`` (a follower
   the cluster map made its shard's leader, or a retired leader that becomes a follower
@@ -161,6 +164,8 @@ class ReplicaHost:
         self._snapshot_of: object = None
         self.snapshot_slot = -1
         self._snapshot_writing = False
+        # A snapshot captured, waiting for the log records written before it: (write, state).
+        self._snapshot_waiting: tuple[int, ShardFollower, FollowerState] | None = None
         # Writes handed to ``durable`` (numbered from 1), the last one synced, the one the
         # sync in flight covers (0: none in flight), and the messages waiting for a sync:
         # (the write they wait for, [(destination, Paxos message)]).
@@ -423,12 +428,26 @@ class ReplicaHost:
         disk.snapshot_wanted = False
         self._snapshot_writing = True
         self.counters["snapshots"] = self.counters.get("snapshots", 0) + 1
+        self._snapshot_waiting = (
+            self._written, follower, follower.capture_state(with_recent=False)
+        )
+        self._save_snapshot_if_synced()
+
+    def _save_snapshot_if_synced(self) -> None:
+        """Hands the captured snapshot to the disk once the log records of what it covers
+        are durable: a restart rebuilds its recent entries from the log (``restore``)."""
+        waiting = self._snapshot_waiting
+        if waiting is None or waiting[0] > self._synced:
+            return
+        self._snapshot_waiting = None
+        _, follower, state = waiting
+        assert self._snapshots is not None
 
         def done(slot: int) -> None:
             self._snapshot_writing = False
             self._snapshot_of, self.snapshot_slot = follower, slot
 
-        disk.save_snapshot(follower.capture_state(), done)
+        self._snapshots.save_snapshot(state, done)
 
     def checkpoint(self, stream: int) -> list[PaxosMessage] | None:
         """The records that may replace ``stream``'s log now (its acceptor's checkpoint), or
@@ -508,6 +527,7 @@ class ReplicaHost:
             return
         if self._written > self._synced and not self._syncing:
             self._start_sync()
+        self._save_snapshot_if_synced()
 
     def _answer_client(self, client_id: str, outcome: Outcome) -> None:
         key = (client_id, outcome.seq)

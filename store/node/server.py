@@ -136,7 +136,7 @@ class ShardServer:
         self.durable, recovered = WalDurable.open(
             directory, loop, fsync=config.fsync, on_fatal=on_fatal
         )
-        self.durable.compact_bytes = config.log_bytes_max // 2
+        self.durable.data_bytes_max = config.data_bytes_max
         stream_id = CM_STREAM if self.node.role == "cm" else shard
         records = recovered.get(stream_id, [])
         self.recovered_records = len(records)
@@ -335,7 +335,13 @@ class ShardServer:
             "syncs": durable.syncs,
             "sync_ms_mean": round(durable.sync_ns_total / durable.syncs / 1e6, 3) if durable.syncs else 0.0,
             "log_bytes": durable.disk_bytes(),
+            "data_bytes": durable.data_bytes(),
+            "data_bytes_peak": durable.peak_bytes,
+            "data_bytes_max": durable.data_bytes_max,
             "compactions": durable.compactions,
+            # Rewrites that could not bring the directory under data_bytes_max (what the
+            # acceptor keeps, log_retained_slots, does not fit in it).
+            "over_bound": durable.over_bound,
             # What this process came back with: its snapshot's slot and watermark (a
             # follower that restored it), else None.
             "recovered": self.recovered,

@@ -90,6 +90,14 @@ class SnapshotWriter:
         self.last_slot = -1  # the delivery point of the newest snapshot on disk (-1: none)
         self.last_bytes = 0
         self.last_ms = 0.0
+        # What its files take on disk: the snapshot there (a restart's, until the first
+        # write) and the one being written.
+        path = snapshot_path(directory)
+        self.file_bytes = path.stat().st_size if path.exists() else 0
+        self._tmp_bytes = 0
+
+    def disk_bytes(self) -> int:
+        return self.file_bytes + self._tmp_bytes
 
     def start(self, state: FollowerState, done: Callable[[int], None] | None = None) -> None:
         """Starts writing ``state``; ``done(slot)`` once it is the snapshot on disk."""
@@ -126,12 +134,12 @@ class SnapshotWriter:
 
         self._loop.call_soon(step)
 
-    @staticmethod
-    def _write(out: BinaryIO, chunk: bytearray, progress: list[int]) -> None:
+    def _write(self, out: BinaryIO, chunk: bytearray, progress: list[int]) -> None:
         data = bytes(chunk)
         out.write(data)
         progress[0] += len(data)
         progress[1] = crc32c(data, progress[1])
+        self._tmp_bytes = HEADER.size + progress[0]
 
     def _finish(
         self, out: BinaryIO, tmp: Path, progress: list[int], slot: int, started: float,
@@ -166,7 +174,8 @@ class SnapshotWriter:
             self.writing = False
             self.written += 1
             self.last_slot = slot
-            self.last_bytes = HEADER.size + progress[0]
+            self.last_bytes = self.file_bytes = HEADER.size + progress[0]
+            self._tmp_bytes = 0
             self.last_ms = (self._loop.time() - started) * 1e3
             if done is not None:
                 done(slot)

@@ -137,6 +137,7 @@ class Wal:
         self.next_index = next_index  # the index the next appended record gets
         self._file = None if not segments else open(segments[-1].path, "ab")  # noqa: SIM115
         self._size = segments[-1].path.stat().st_size if segments else 0
+        self._sealed_bytes = sum(segment.path.stat().st_size for segment in segments[:-1])
         self._unsynced = 0
         self.syncs = 0
         self.bytes_written = 0
@@ -217,6 +218,8 @@ class Wal:
         if self._file is not None:
             self.sync()
             self._file.close()
+        if self._segments:
+            self._sealed_bytes += self._size
         path = self.directory / f"{SEGMENT_PREFIX}{self.next_index:016x}{SEGMENT_SUFFIX}"
         self._file = open(path, "ab")  # noqa: SIM115
         if self.fsync:  # the new file exists durably before any record in it is synced
@@ -239,6 +242,7 @@ class Wal:
         self.sync()
         old, self._segments = self._segments[:first_new], self._segments[first_new:]
         for segment in old:
+            self._sealed_bytes -= segment.path.stat().st_size
             segment.path.unlink()
         if self.fsync:
             fsync_directory(self.directory)
@@ -248,7 +252,9 @@ class Wal:
         """Deletes every segment whose records are all below ``index``; returns how many."""
         removed = 0
         while len(self._segments) > 1 and self._segments[1].first <= index:
-            self._segments.pop(0).path.unlink()
+            path = self._segments.pop(0).path
+            self._sealed_bytes -= path.stat().st_size
+            path.unlink()
             removed += 1
         if removed and self.fsync:
             fsync_directory(self.directory)
@@ -256,6 +262,11 @@ class Wal:
 
     def disk_bytes(self) -> int:
         return sum(s.path.stat().st_size for s in self._segments if s.path.exists())
+
+    @property
+    def size(self) -> int:
+        """The bytes its segments hold (``disk_bytes``, kept without asking the disk)."""
+        return self._sealed_bytes + self._size
 
     def close(self) -> None:
         if self._file is not None:

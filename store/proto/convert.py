@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 from google.protobuf.message import DecodeError
 
+from store.core.values import PACK, UNPACK
 from store.core.errors import InvalidRequest
 from store.core.paxos import (
     Accept,
@@ -37,7 +38,7 @@ from store.core.paxos.messages import ENTRIES_PER_MESSAGE_MAX, RECORDS_PER_ENTRY
 from store.core.vclock import VectorClock
 from store.proto import replication_pb2 as pb
 
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_packb = msgpack.Packer(autoreset=True, **PACK).pack
 
 
 def _bad(what: str) -> InvalidRequest:
@@ -177,7 +178,7 @@ def _entry(value: Any) -> Entry:
     records = []
     for raw in value.records:
         try:
-            records.append(msgpack.unpackb(raw, raw=False, strict_map_key=False))
+            records.append(msgpack.unpackb(raw, strict_map_key=False, **UNPACK))
         except Exception as exc:  # garbage of any shape means one thing
             raise _bad(f"record is not msgpack ({type(exc).__name__})") from None
     return Entry(

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgpack
 
+from store.core.values import PACK
 from store.core.vclock import VectorClock
 from store.protocol.cluster_map import cluster_map_from_wire
 from store.protocol.messages import (
@@ -50,7 +51,7 @@ from store.protocol.messages import (
 )
 from store.protocol.wirecheck import Fields, decode_tagged
 
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_packb = msgpack.Packer(autoreset=True, **PACK).pack
 
 
 def _vc(clock: VectorClock) -> list[int]:
@@ -125,6 +126,13 @@ _bad = _FIELDS.bad
 _int = _FIELDS.integer
 _bool = _FIELDS.boolean
 _str = _FIELDS.string
+
+
+def _limit(value: Any) -> int:
+    """A scan's limit: how many keys from the range's start, or (negative) from its end."""
+    if type(value) is not int or value == 0:
+        raise _bad("limit must be a non-zero integer (negative: from the range's end)")
+    return value
 _list = _FIELDS.array
 
 
@@ -174,7 +182,7 @@ def _scan_ranges(value: Any) -> list[tuple[str, str, int]]:
         raw = _list(raw, "scan")
         if len(raw) != 3:
             raise _bad("a scan is [lo, hi, limit]")
-        ranges.append((_str(raw[0], "lo"), _str(raw[1], "hi"), _int(raw[2], "limit")))
+        ranges.append((_str(raw[0], "lo"), _str(raw[1], "hi"), _limit(raw[2])))
     return ranges
 
 
@@ -185,7 +193,7 @@ def _recorded_scans(value: Any) -> list[RecordedScan]:
         if len(raw) != 4:
             raise _bad("a recorded scan is [lo, hi, limit, seen]")
         scans.append(
-            (_str(raw[0], "lo"), _str(raw[1], "hi"), _int(raw[2], "limit"), _reads(raw[3]))
+            (_str(raw[0], "lo"), _str(raw[1], "hi"), _limit(raw[2]), _reads(raw[3]))
         )
     return scans
 

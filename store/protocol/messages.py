@@ -18,6 +18,8 @@ Plain slotted classes: the simulator hands them between nodes as objects, and
 
 Shapes used below:
 * a read item: ``(key, vid, value, deleted, vc, writer_txn_id)``; vid 0 means no version;
+* a scan: ``(lo, hi, limit)``, the first ``limit`` keys of ``[lo, hi)`` or, with a negative
+  limit, the last ``-limit`` keys, highest first;
 * a recorded scan: ``(lo, hi, limit, [(key, vid), ...])``;
 * a write: ``(key, value, deleted)``.
 """

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from store.core.errors import InvalidRequest
+from store.core.values import UNPACK
 
 T = TypeVar("T")
 
@@ -64,7 +65,9 @@ def decode_tagged(
     if len(data) > max_bytes:
         raise fields.bad(f"larger than {max_bytes} bytes")
     try:
-        unpacked = msgpack.unpackb(data, raw=False, strict_map_key=strict_map_key, use_list=True)
+        unpacked = msgpack.unpackb(data, strict_map_key=strict_map_key, use_list=True, **UNPACK)
+    except InvalidRequest as exc:  # a value extension (store.core.values) that is malformed
+        raise fields.bad(str(exc)) from None
     except Exception as exc:  # msgpack raises many types on garbage; all mean the same
         raise fields.bad(f"not msgpack ({type(exc).__name__})") from None
     if type(unpacked) is not list or not unpacked or type(unpacked[0]) is not int:

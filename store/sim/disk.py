@@ -9,8 +9,9 @@ except for a random prefix of them (the operating system may have written some b
 own): a crash may keep more than was synced, never less, and never a record without the
 ones before it. A sync in flight at the crash never completes.
 
-A follower's snapshot (``store.node.snapshot``) is kept the same way: written after the
-disk's latency, whole, unless a crash comes first. Every ``snapshot_every`` records the disk
+A follower's snapshot (``store.node.snapshot``) is kept the same way: written whole after
+a latency drawn between a quarter and twice the disk's (another file than the log, it may
+land before a log sync started earlier), unless a crash comes first. Every ``snapshot_every`` records the disk
 asks for a fresh one, as a server's log compaction does.
 
 ``--break fsync`` makes the disk lie, as a log run with ``fsync = false`` does when the
@@ -79,7 +80,9 @@ class SimDisk:
             self.snapshots += 1
             done(state.slot)
 
-        self.sim.after(self.sync_ns, durable)
+        # Another file than the log: it may reach the disk before a log sync started
+        # earlier does (the host must not count on the order).
+        self.sim.after(self.sim.rng.randrange(self.sync_ns // 4, 2 * self.sync_ns + 1), durable)
 
     def read_snapshot(self) -> FollowerState | None:
         """The snapshot a process restarted on this disk reads (``store.node.snapshot``)."""

@@ -246,8 +246,15 @@ class Recorder:
             step = self.certified_step[txn_id]
             for shard, lo, hi, limit, seen in cert.scans:
                 seen_set = set(seen)
-                end = bisect.bisect_right(keys, seen[-1]) if len(seen) >= limit else bisect.bisect_left(keys, hi)
-                for key in keys[bisect.bisect_left(keys, lo) : end]:
+                # A scan cut short by its limit covered up to its last key (down to it,
+                # reversed); else its whole range.
+                start, end = bisect.bisect_left(keys, lo), bisect.bisect_left(keys, hi)
+                if len(seen) >= abs(limit):
+                    if limit < 0:
+                        start = bisect.bisect_left(keys, seen[-1])
+                    else:
+                        end = bisect.bisect_right(keys, seen[-1])
+                for key in keys[start:end]:
                     if key in seen_set or self.shard_of(key) != shard:
                         continue
                     writer = next((v[0] for v in self.versions[key] if v[4] > step), None)

@@ -76,6 +76,7 @@ class SimOptions:
     regions: int = 1  # 1: leaders only; 3: a follower of every shard in two more regions
     wan_rtt_ms: float = 50.0
     scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
+    reverse_fraction: float = 0.0  # list-append: share of scans that read from the range's end
     snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
     crashes: bool = False  # crash shard leaders during the load (followers take over)
     disk: bool = False  # processes sync their acceptors to a disk that survives a crash
@@ -93,7 +94,8 @@ OPTION_FLAGS = {
     "duplicate": "--duplicate", "reorder": "--reorder", "duration_ms": "--duration-ms",
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
-    "scan_fraction": "--scan-fraction", "snapshot_fraction": "--snapshot-fraction",
+    "scan_fraction": "--scan-fraction", "reverse_fraction": "--reverse-fraction",
+    "snapshot_fraction": "--snapshot-fraction",
     "crashes": "--crashes", "scenario": "--scenario", "disk": "--disk",
 }
 assert set(OPTION_FLAGS) == {f.name for f in fields(SimOptions)}, "a SimOptions field has no flag"
@@ -182,7 +184,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
             cluster.preload(key, balance)
             recorder.preload(key, balance)
     elif options.workload == "list-append":
-        workload = ListAppend(sim.rng, scan_fraction=options.scan_fraction)
+        workload = ListAppend(
+            sim.rng, scan_fraction=options.scan_fraction,
+            reverse_fraction=options.reverse_fraction,
+        )
     else:
         raise ValueError(f"no workload {options.workload!r}")
 

@@ -34,7 +34,7 @@ def list_append_key(k: int) -> str:
 
 class ListAppend:
     """Transactions of 1..max_ops micro-operations: append a unique value, read a list, or
-    (with ``scan_fraction``) scan a range of keys.
+    (with ``scan_fraction``) scan a range of keys, from its end with ``reverse_fraction``.
 
     A scan's result enters the history as a read of every key of its range that the
     workload has ever handed out — absent keys read as empty lists — up to the last key
@@ -53,6 +53,7 @@ class ListAppend:
         read_fraction: float = 0.5,
         scan_fraction: float = 0.0,
         scan_span_max: int = 5,
+        reverse_fraction: float = 0.0,
     ) -> None:
         self.rng = rng
         self.max_ops = max_ops
@@ -60,6 +61,7 @@ class ListAppend:
         self.read_fraction = read_fraction
         self.scan_fraction = scan_fraction
         self.scan_span_max = scan_span_max
+        self.reverse_fraction = reverse_fraction
         self.active = list(range(active_keys))
         self.next_key = active_keys
         self.appends: dict[int, int] = {}
@@ -78,6 +80,8 @@ class ListAppend:
                 lo = max(0, k - rng.randrange(self.scan_span_max))
                 hi = lo + rng.randint(2, self.scan_span_max)
                 limit = rng.randint(1, hi - lo)  # often short of the range: cut by its limit
+                if self.reverse_fraction and rng.random() < self.reverse_fraction:
+                    limit = -limit  # from the range's end, highest key first
                 micro.append(["scan", lo, hi, limit])
                 ops.append(["scan", list_append_key(lo), list_append_key(hi), limit])
                 keys.append(list_append_key(lo))
@@ -122,8 +126,12 @@ class ListAppend:
     def _scan_reads(self, mop: list[Any], found: list[Any]) -> list[list[Any]]:
         _, lo, hi, limit = mop
         seen = {int(key.split("/", 1)[1]): list(value) for key, value in found}
-        if len(found) >= limit:  # cut short: nothing is known past the last key returned
-            hi = int(found[-1][0].split("/", 1)[1]) + 1
+        if len(found) >= abs(limit):  # cut short: nothing is known past the last key returned
+            last = int(found[-1][0].split("/", 1)[1])
+            if limit < 0:
+                lo = last  # a reverse scan ends at its lowest key
+            else:
+                hi = last + 1
         return [["r", k, seen.get(k, [])] for k in range(lo, min(hi, self.next_key))]
 
     def snapshot_keys(self) -> list[str]:

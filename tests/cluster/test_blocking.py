@@ -53,5 +53,21 @@ def test_the_blocking_calls_work_against_a_cluster(tmp_path: Path) -> None:
             assert epoch == -1 and len(leaders) == 2  # no configuration manager: the file's
             assert all(status is not None for status in client.status(replicas=True))
             assert client.client_id and client.partitioner.shard_of("t/a") in (0, 1)
+            # Tuple keys through the SDK: packed by the client, tuples again in results.
+            for order in range(1, 6):
+                client.put(("order", 7, order), {"n": order})
+            assert client.get(("order", 7, 3)) == {"n": 3}
+            assert client.scan_prefix(("order", 7), 2, reverse=True) == [
+                (("order", 7, 5), {"n": 5}), (("order", 7, 4), {"n": 4}),
+            ]
+            assert client.scan(("order", 7, 2), ("order", 7, 4)) == [
+                (("order", 7, 2), {"n": 2}), (("order", 7, 3), {"n": 3}),
+            ]
+            built = client.transaction().scan_prefix(("order", 7), 1).clear_range(
+                ("order", 7, 1), ("order", 7, 3)
+            ).commit()
+            assert built == [[[("order", 7, 1), {"n": 1}]], 2]  # pairs as lists, as ever
+            assert client.clear_range(("order", 7), ("order", 8)) == 3
+            assert client.scan_prefix(("order", 7)) == []
     finally:
         cluster.stop()

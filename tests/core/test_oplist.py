@@ -56,7 +56,7 @@ def test_a_list_records_what_it_reads_writes_and_scans() -> None:
         DEFAULT_SETTINGS,
     )
     assert ops.batch.keys == ["t/a", "t/b", "t/d"]  # each key read once
-    assert ops.batch.scans == [("t/", "t0", 5)]
+    assert ops.batch.scans == [("t/", "t0", 6)]  # one more for the delete of t/e before it
     assert ops.keys == ["t/a", "t/b", "t/c", "t/d", "t/e"]
     assert ops.written == ["t/b", "t/c", "t/d", "t/e"]
     assert not ops.conditional

@@ -248,11 +248,33 @@ def test_a_restarted_acceptor_answers_no_older_leader_and_no_prepare_until_votin
     assert reported[3] == (current, BATCH)
 
 
-def test_an_acceptor_that_never_restarted_is_unchanged() -> None:
+def test_an_acceptor_holds_what_its_learner_delivered_and_logs_only_what_is_new() -> None:
+    """A follower's acceptor holds the chosen value of every slot its learner delivered (a
+    restarted follower rebuilds its recent entries from its log so): a vote for the chosen
+    value is left alone and logs nothing; a slot it never voted in gets the chosen value
+    below every real ballot; a vote that lost keeps its ballot and takes the chosen value;
+    a forgotten slot is not brought back."""
     acceptor = Acceptor(0)
     assert acceptor.voting
-    acceptor.learned(1, INF)  # only a restarted acceptor reports what it learned
-    assert acceptor.accepted(1) is None
+    first = Ballot(1, "old")
+    acceptor.handle(0, "old", Accept(0, first, 2, BATCH, 0))
+    acceptor.handle(0, "old", Accept(0, first, 3, BATCH, 0))
+    acceptor.take_persist()
+    acceptor.learned(2, BATCH)  # it voted for what was chosen
+    assert acceptor.take_persist() == []
+    acceptor.learned(1, INF)  # never voted in slot 1
+    ballot, entry = acceptor.accepted(1)  # type: ignore[misc]
+    assert entry == INF and ballot < first and ballot.round == 0
+    acceptor.learned(3, INF)  # its vote in slot 3 lost
+    assert acceptor.accepted(3) == (first, INF)
+    logged = acceptor.take_persist()
+    assert [(r.slot, r.entry) for r in logged] == [(1, INF), (3, INF)]  # type: ignore[union-attr]
+    assert Acceptor.recover(0, [Accept(0, first, 2, BATCH, 0), Accept(0, first, 3, BATCH, 0),
+                                *logged]).accepted(3) == (first, INF)
+    assert acceptor.promised == first  # learning promises nothing
+    acceptor.forget_before(2)
+    acceptor.learned(1, INF)
+    assert acceptor.accepted(1) is None and acceptor.take_persist() == []
 
 
 def test_a_copy_given_up_half_way_leaves_nothing_in_the_rejoiners_store() -> None:

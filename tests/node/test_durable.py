@@ -121,36 +121,60 @@ def test_a_record_filed_under_another_stream_is_corruption(tmp_path: Path) -> No
         asyncio.run(reopen())
 
 
-def test_a_log_past_its_bound_is_rewritten_as_the_acceptors_checkpoint(tmp_path: Path) -> None:
-    """Votes for 3,000 slots, the acceptor keeping the last 100 (forget_before, as the
-    replicas do): the log stays under its bound, and reopening it rebuilds the acceptor
-    as it is (its promise, the values it keeps), not as it once was."""
+def _vote_3000_slots(tmp_path: Path, bound: int, keep: int) -> tuple[WalDurable, list[int]]:
+    """Votes for 3,000 slots into a log bound by ``bound``, the acceptor keeping the last
+    ``keep`` (forget_before, as the replicas do); the directory's size after each write."""
     acceptor = Acceptor(0)
     sizes: list[int] = []
 
-    async def main() -> None:
+    async def main() -> WalDurable:
         durable, _ = WalDurable.open(tmp_path, asyncio.get_running_loop(), on_fatal=print)
-        durable.compact_bytes = 16 << 10
+        durable.data_bytes_max = bound
         durable.checkpoint = lambda stream: acceptor.checkpoint()
         durable.write([Prepare(0, OLD, 0)])
         acceptor.promised = OLD
         for slot in range(3000):
             acceptor.accept(Accept(0, OLD, slot, _entry(slot + 1), 0))
-            acceptor.forget_before(slot - 100)
+            acceptor.forget_before(slot - keep)
             durable.write(acceptor.take_persist())
-            sizes.append(durable.disk_bytes())
-        assert durable.compactions > 5
+            sizes.append(durable.data_bytes())
         durable.close()
+        assert durable.data_bytes() == durable.disk_bytes()  # kept without asking the disk
+        return durable
 
-    asyncio.run(main())
-    one_vote = len(encode(Accept(0, OLD, 2999, _entry(3000), 0))) + 12
-    assert max(sizes) < (16 << 10) + 110 * one_vote, max(sizes)
+    return asyncio.run(main()), sizes
+
+
+def test_a_log_is_rewritten_as_the_acceptors_checkpoint_before_it_passes_its_bound(
+    tmp_path: Path,
+) -> None:
+    """The directory stays under ``data_bytes_max`` at every moment, the rewrites' own
+    (old and new segments together) included, and reopening the log rebuilds the acceptor
+    as it is (its promise, the values it keeps), not as it once was."""
+    bound = 32 << 10
+    durable, sizes = _vote_3000_slots(tmp_path, bound, keep=100)
+    assert durable.compactions > 5 and durable.over_bound == 0
+    assert max(sizes) <= bound and durable.peak_bytes <= bound, (max(sizes), durable.peak_bytes)
     _, recovered = _run(tmp_path, [])
     again = Acceptor.recover(0, recovered[0])
     assert again.promised == OLD
     assert again.accepted(2999) is not None and again.accepted(2899) is not None
     assert again.accepted(100) is None  # forgotten before the last rewrite
-    assert again.accepted_count() <= 101 + (16 << 10) // one_vote
+    one_vote = len(encode(Accept(0, OLD, 2999, _entry(3000), 0))) + 12
+    assert again.accepted_count() <= 101 + bound // one_vote
+
+
+def test_a_bound_below_what_the_acceptor_keeps_is_reported_not_chased(tmp_path: Path) -> None:
+    """An acceptor that keeps more than the bound allows (log_retained_slots too many for
+    data_bytes_max): the log cannot be held under it. The rewrites then come once per
+    sixteenth of the bound written, not after every write, and each is counted
+    (``over_bound``, in the status) so an operator sees the bound is not held."""
+    bound = 8 << 10
+    durable, sizes = _vote_3000_slots(tmp_path, bound, keep=1000)
+    one_vote = len(encode(Accept(0, OLD, 2999, _entry(3000), 0))) + 12
+    assert max(sizes) > bound and durable.over_bound > 0
+    written = 3000 * one_vote
+    assert durable.compactions <= written // (bound // 16) + 1, durable.compactions
 
 
 def test_a_checkpoint_keeps_a_promise_above_every_vote() -> None:

@@ -200,3 +200,54 @@ def test_a_cm_leaders_own_votes_count_only_once_on_disk() -> None:
         host.start()
         assert isinstance(member.stream, StreamLeader)
         assert member.stream.votes_after_sync is expected
+
+
+class _SnapshotDisk(_Disk):
+    """A disk that keeps snapshots too (``SnapshotDisk``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshot_wanted = False
+        self.saved: list[Any] = []
+
+    def save_snapshot(self, state: Any, done: Callable[[int], None]) -> None:
+        self.saved.append(state)
+        done(state.slot)
+
+
+def test_a_followers_snapshot_goes_to_disk_only_after_the_log_it_leaves_its_entries_to() -> None:
+    """A follower's snapshot leaves out the entries it delivered recently: its log holds
+    them (its acceptor holds the chosen value of every slot it delivered), and a restart
+    rebuilds them from it. So the host hands the snapshot to the disk only once every record
+    written before it was captured is synced; a snapshot on disk ahead of its log would
+    restore a follower with no entries to hand a takeover."""
+    from store.core.follower import ShardFollower
+    from store.core.paxos import Acceptor
+    from store.node.host import restore_follower
+    from store.protocol.cluster_map import ClusterMap
+    from tests.core.test_transfer import BATCH
+
+    leader = Ballot(1, "b")
+    disk = _SnapshotDisk()
+    follower = ShardFollower(0, "a")
+    host = ReplicaHost(
+        follower, rpc=_Rpc(), timers=_Timers(),  # type: ignore[arg-type]
+        peer_address=lambda address: address, stream_send=lambda dst, message: None,
+        request_bytes_max=1 << 20, on_fatal=lambda exc: None, durable=disk,
+    )
+    host.on_stream_message("b", Accept(0, leader, 0, BATCH, 0))
+    disk.finish()
+    assert [state.slot for state in disk.saved] == [0]  # its first, once its vote is synced
+    disk.snapshot_wanted = True
+    host.on_stream_message("b", Accept(0, leader, 1, BATCH, 1))  # slot 0 is chosen
+    assert follower.stream.learner.delivered_through == 1
+    assert len(disk.saved) == 1 and disk.pending  # captured, waiting for the log's sync
+    disk.finish()
+    snapshot = disk.saved[-1]
+    assert snapshot.slot == 1 and snapshot.recent == {}  # the log holds slot 0
+
+    # Restarted on that disk: its acceptor from the log, its recent entries from it too.
+    records = [record for batch in disk.written for record in batch]
+    restarted = ShardFollower(0, "a", rejoining=True, acceptor=Acceptor.recover(0, records))
+    assert restore_follower(restarted, snapshot, ClusterMap(0, ["b"], [["a"]]))
+    assert restarted.capture_state().recent == follower.capture_state().recent == {0: BATCH}

@@ -122,13 +122,14 @@ def test_a_replica_that_led_after_its_snapshot_must_not_restore_it(
     """A restarted replica whose last promise was its own ballot may have led its shard
     after its snapshot; restoring it as a follower anyway (the mutant below: any snapshot
     with a map is used) shows the CM a live follower where a leader died, and state older
-    than what it led with. Seed 6 of 0-29 broke so on 2026-12-02 (a G-single and a broken
-    invariant); schedules drift with changes."""
+    than what it led with. Seed 70 of 0-99 of a plain crash run broke so on 2026-12-02 (a
+    follower diverged from its leader; seed 70 unbroken is clean); schedules drift with
+    changes to the simulator, so search again when this stops failing."""
     from store.core.follower import ShardFollower
 
     monkeypatch.setattr(
         ShardFollower, "may_restore",
         staticmethod(lambda state, acceptor, address: state.cluster_map is not None),
     )
-    broken = run_many([6], WHOLE)
+    broken = run_many([70], replace(WHOLE, scenario=None))
     assert broken["anomalies"] > 0, broken["seeds_with_anomalies"]

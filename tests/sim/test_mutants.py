@@ -7,6 +7,8 @@ workload that reaches it; the oracle or checker named must object. The rules:
 * a scan's phantom check: the range must still hold the versions the scan saw
   (``Participant._check_reads``; DESIGN.md §3 "validate");
 * the lock check of the last key of a scan cut short by its limit;
+* which part of its range a reverse scan cut short speaks for (from its last key up to the
+  range's end: ``covered_range``);
 * the read stamps of single-shard certification (read-write dependencies, participant.py);
 * the read stamps of the pair path's prepare (a two-shard operation list's keys only read
   at the other shard, stamped there with the whole clock: ``Participant.prepare``);
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 from store.core import coordinator as coordinator_module
+from store.core import participant as participant_module
 from store.core.follower import ShardFollower
 from store.core.participant import Participant
 from store.core.storage import VersionedStore
@@ -64,6 +67,27 @@ def test_without_the_lock_check_of_a_cut_short_scans_last_key(
     monkeypatch.setattr(VersionedStore, "range_locked_by_other", last_key_unchecked)
     kinds = _kinds(SimOptions(loss=0.05), 20)
     assert {"G2-item", "G-single", "dependency-uncovered"} & set(kinds), kinds
+
+
+REVERSE = SimOptions(loss=0.05, regions=3, shards=3, scan_fraction=0.4, reverse_fraction=0.5)
+
+
+def test_a_reverse_scan_cut_short_covers_its_range_from_its_last_key_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutant treats a reverse scan as a forward one (covered from the range's start
+    to its last key): a writer locked in what the scan did return is missed. Seeds 1 and 5
+    of 0-59 broke so on 2026-12-02 (G2-item, dependency-uncovered); 40 seeds of the same
+    run unbroken are clean (tests/sim/test_simulation.py)."""
+
+    def as_if_forward(lo: str, hi: str, limit: int, seen: list[tuple[str, int]]) -> tuple[str, str, bool]:
+        if len(seen) < abs(limit):
+            return lo, hi, False
+        return lo, seen[-1][0], True
+
+    monkeypatch.setattr(participant_module, "covered_range", as_if_forward)
+    summary = run_many([1, 5], REVERSE)
+    assert {"G2-item", "G-single", "dependency-uncovered"} & set(summary["seeds_with_anomalies"])
 
 
 def test_without_the_read_stamps_of_single_shard_transactions(

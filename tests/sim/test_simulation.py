@@ -123,6 +123,16 @@ def test_three_regions_under_load_with_snapshot_reads() -> None:
     assert summary["snapshot_reads_checked"] > 300
 
 
+def test_reverse_scans_in_three_regions_are_serializable() -> None:
+    """List-append with scans from their range's end (``--reverse-fraction``): the checker
+    reads a reverse scan cut short by its limit as a read of every key from its last one up
+    to the range's end, so a phantom there is an anomaly."""
+    options = SimOptions(loss=0.05, regions=3, shards=3, scan_fraction=0.4, reverse_fraction=0.5)
+    summary = run_many(list(range(40)), options)
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["transactions_committed"] > 1000
+
+
 def test_a_failing_seed_replays_byte_for_byte_from_its_printed_command(tmp_path) -> None:
     """The replay line of a failing 3-region seed carries every option: running it gives
     the very same history."""

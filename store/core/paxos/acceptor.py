@@ -31,6 +31,9 @@ round existed before it crashed) and the address of its shard's current leader:
 * Once voting, it reports what its learner knows chosen as accepted at the top of round
   ``R`` (``learned``), so a later phase 1 that counts it hears of every chosen value.
 
+Every acceptor of a follower is told what its learner delivered (``learned``) and holds the
+chosen value for each such slot from then on, logged where it differs from its vote.
+
 Two replicas of a shard that lose their memory at once can still lose a chosen value; that
 needs acceptors on disk (state saved before the Promise or Accepted it produced is sent).
 """
@@ -189,16 +192,33 @@ class Acceptor:
         return found
 
     def learned(self, slot: int, entry: Entry) -> None:
-        """A restarted acceptor's learner knows ``entry`` chosen at ``slot``: report it as
-        accepted at the top of round ``R``. That is at or above the ballot that chose it, and
-        at or above that ballot only the chosen value can be accepted, so this hides nothing
-        from a phase 1 and contradicts no other acceptor."""
-        if not self.restarted_round or slot < self.forgotten_before:
+        """This replica's learner delivered ``entry``, chosen at ``slot``: from now on the
+        acceptor holds that value for the slot (and logs it if that is new), so that what it
+        holds for every slot its replica delivered is the chosen value. A restarted
+        follower rebuilds the chosen entries it hands a takeover from its log this way
+        (``ShardFollower.restore``), instead of keeping them in its snapshot too.
+
+        Reporting the chosen value in a Promise, at any ballot, hides nothing and
+        contradicts no acceptor: if ``w`` was chosen at ballot ``b``, every quorum holds an
+        acceptor that reports a ballot at or above ``b``, and every value accepted at or
+        above ``b`` is ``w``; so the highest ballot a phase 1 hears is ``w``'s whichever
+        ballot this one names. It names the one it held (a value it accepted but that lost)
+        or, for a slot it never accepted, the top of round ``R`` for a restarted acceptor
+        (which must be heard above what it forgot) and of round 0, below every real ballot,
+        for the others."""
+        if slot < self.forgotten_before:
             return
         held = self._accepted.get(slot)
+        if held is not None and held[1] is entry and held[0] >= self._learned_ballot:
+            return  # what it voted for was chosen (the common case: one object)
         if held is None or held[0] < self._learned_ballot:
-            self._accepted[slot] = (self._learned_ballot, entry)
-            self._persist.append(Accept(self.stream, self._learned_ballot, slot, entry, 0))
+            ballot = self._learned_ballot
+        elif held[1] != entry:
+            ballot = held[0]
+        else:
+            return
+        self._accepted[slot] = (ballot, entry)
+        self._persist.append(Accept(self.stream, ballot, slot, entry, 0))
 
     def accepted_count(self) -> int:
         return len(self._accepted)

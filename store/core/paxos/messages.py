@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 
 from store.core.paxos.types import Ballot, Entry, EntryKind
+from store.core.values import PACK
 from store.core.vclock import VectorClock
 from store.protocol.messages import Message
 from store.protocol.wirecheck import Fields, decode_tagged
@@ -139,7 +140,7 @@ class Chosen(PaxosMessage):
 
 # ---- encoding --------------------------------------------------------------------------
 
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_packb = msgpack.Packer(autoreset=True, **PACK).pack
 
 
 def entry_to_wire(entry: Entry) -> list[Any]:

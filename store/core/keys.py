@@ -1,0 +1,220 @@
+"""Typed keys: tuples packed into strings whose order is the tuples' order.
+
+A key is a string (``"stock/0001/42"``) or a tuple of strings, integers, bytes and nested
+tuples (``("stock", 1, 42)``). The store orders keys as strings, by code point; a tuple is
+stored as its packing, a string of code points 0-255 laid out as FoundationDB's tuple layer
+lays out bytes, so that comparing two packings compares the tuples:
+
+* each element starts with a type code: bytes 0x01, string 0x02, nested tuple 0x05,
+  integers 0x0C-0x1C (0x14 is zero; 0x14+n a positive integer of n big-endian bytes,
+  0x14-n a negative one of n bytes in ones' complement, so that more bytes sort further
+  out);
+* bytes and strings (UTF-8) end with 0x00; a 0x00 inside them is written 0x00 0xFF;
+* a nested tuple ends with 0x00.
+
+Elements of different types order by type code: bytes < strings < tuples < integers. A
+plain string key never begins with a character below a space, and every packing begins with
+a type code (below 0x20), so the two kinds never collide; a string key that begins with
+such a character must be a valid packing (``check_packed``), else it is refused.
+
+A tuple's *table* is its first element (``table_of``): a scan stays in one table, and the
+store keeps each table's keys apart. ``prefix_range(prefix)`` is the range of every tuple
+that starts with ``prefix``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from store.core.errors import InvalidRequest
+
+# An element of a tuple key, and a key as the API takes it.
+Element = Union[str, int, bytes, "tuple[Element, ...]"]
+Key = Union[str, "tuple[Element, ...]"]
+
+BYTES, STRING, NESTED, INT_ZERO = 0x01, 0x02, 0x05, 0x14
+INT_BYTES_MAX = 8
+# Every packing begins with a type code below this; a plain string key does not.
+PACKED_BELOW = " "
+# Above every element's first code point: the end of a prefix's range.
+PREFIX_END = "\xff"
+_DEPTH_MAX = 16
+
+
+def is_packed(key: str) -> bool:
+    return key < PACKED_BELOW
+
+
+def pack(key: tuple[Element, ...]) -> str:
+    """The stored form of a tuple key (see the module doc)."""
+    if type(key) is not tuple:
+        raise InvalidRequest(f"a typed key is a tuple, got {type(key).__name__}")
+    if not key:
+        raise InvalidRequest("an empty tuple is not a key")
+    out: list[str] = []
+    for element in key:
+        _pack_element(element, out, 0)
+    return "".join(out)
+
+
+def _pack_element(element: object, out: list[str], depth: int) -> None:
+    kind = type(element)
+    if kind is str:
+        assert isinstance(element, str)
+        out.append("\x02")
+        out.append(element.encode().decode("latin-1").replace("\x00", "\x00\xff"))
+        out.append("\x00")
+    elif kind is int:
+        assert isinstance(element, int)
+        out.append(_pack_int(element))
+    elif kind is bytes:
+        assert isinstance(element, bytes)
+        out.append("\x01")
+        out.append(element.decode("latin-1").replace("\x00", "\x00\xff"))
+        out.append("\x00")
+    elif kind is tuple:
+        assert isinstance(element, tuple)
+        if depth >= _DEPTH_MAX:
+            raise InvalidRequest(f"a key's tuples nest deeper than {_DEPTH_MAX} levels")
+        out.append("\x05")
+        for item in element:
+            _pack_element(item, out, depth + 1)
+        out.append("\x00")
+    else:
+        raise InvalidRequest(
+            f"a key's elements are strings, integers, bytes or tuples, got {kind.__name__}"
+        )
+
+
+def _pack_int(value: int) -> str:
+    if value == 0:
+        return "\x14"
+    size = (abs(value).bit_length() + 7) // 8
+    if size > INT_BYTES_MAX:
+        raise InvalidRequest(f"integers in keys must fit in {INT_BYTES_MAX} bytes (|n| < 2**64)")
+    if value > 0:
+        return chr(INT_ZERO + size) + value.to_bytes(size, "big").decode("latin-1")
+    complement = value + (1 << (8 * size)) - 1
+    return chr(INT_ZERO - size) + complement.to_bytes(size, "big").decode("latin-1")
+
+
+def unpack(packed: str) -> tuple[Element, ...]:
+    """The tuple ``pack`` made ``packed`` from; raises InvalidRequest for anything else."""
+    items, end = _unpack_items(packed, 0, nested=False, depth=0)
+    assert end == len(packed)
+    if not items:
+        raise InvalidRequest("an empty tuple is not a key")
+    return tuple(items)
+
+
+def _unpack_items(packed: str, at: int, *, nested: bool, depth: int) -> tuple[list[Element], int]:
+    items: list[Element] = []
+    size = len(packed)
+    while at < size:
+        code = ord(packed[at])
+        if code in (BYTES, STRING):
+            raw, at = _unpack_escaped(packed, at + 1)
+            if code == BYTES:
+                items.append(raw.encode("latin-1"))
+            else:
+                try:
+                    items.append(raw.encode("latin-1").decode())
+                except UnicodeError:
+                    raise InvalidRequest("a packed key's string is not UTF-8") from None
+        elif INT_ZERO - INT_BYTES_MAX <= code <= INT_ZERO + INT_BYTES_MAX:
+            n = abs(code - INT_ZERO)
+            body = packed[at + 1 : at + 1 + n]
+            if len(body) != n or max(body, default="\x00") > "\xff":
+                raise InvalidRequest("a packed key's integer is cut short")
+            magnitude = int.from_bytes(body.encode("latin-1"), "big")
+            if code >= INT_ZERO:
+                value = magnitude
+            else:
+                value = magnitude - (1 << (8 * n)) + 1
+            if n and (abs(value).bit_length() + 7) // 8 != n:
+                raise InvalidRequest("a packed key's integer is not in its shortest form")
+            items.append(value)
+            at += 1 + n
+        elif code == NESTED:
+            if depth >= _DEPTH_MAX:
+                raise InvalidRequest(f"a key's tuples nest deeper than {_DEPTH_MAX} levels")
+            inner, at = _unpack_items(packed, at + 1, nested=True, depth=depth + 1)
+            items.append(tuple(inner))
+        elif code == 0 and nested:
+            return items, at + 1
+        else:
+            raise InvalidRequest(f"not a packed key: type code {code:#x} at {at}")
+    if nested:
+        raise InvalidRequest("a packed key's nested tuple is not closed")
+    return items, at
+
+
+def _unpack_escaped(packed: str, at: int) -> tuple[str, int]:
+    """The body of a bytes or string element starting at ``at``, and where it ends."""
+    parts: list[str] = []
+    while True:
+        zero = packed.find("\x00", at)
+        if zero < 0:
+            raise InvalidRequest("a packed key's string or bytes is not closed")
+        body = packed[at:zero]
+        if body and max(body) > "\xff":
+            raise InvalidRequest("a packed key holds a character above 0xFF")
+        parts.append(body)
+        if packed.startswith("\xff", zero + 1):
+            parts.append("\x00")
+            at = zero + 2
+        else:
+            return "".join(parts), zero + 1
+
+
+def check_packed(key: str) -> None:
+    """Raises InvalidRequest unless ``key`` is a packing (``pack(unpack(key)) == key``)."""
+    if pack(unpack(key)) != key:
+        raise InvalidRequest("not a packed key")
+
+
+def to_stored(key: object) -> str:
+    """The stored form of a key as the API takes it: a tuple packed, a string as it is."""
+    if type(key) is tuple:
+        return pack(key)
+    if type(key) is str:
+        return key
+    raise InvalidRequest(f"keys are strings or tuples, got {type(key).__name__}")
+
+
+def tuple_of(items: list[Any]) -> tuple[Any, ...]:
+    """A tuple as it arrived over the wire (an array, nested arrays for nested tuples)."""
+    return tuple(tuple_of(item) if type(item) is list else item for item in items)
+
+
+def from_stored(key: str) -> Key:
+    """A key as the API hands it back: a packing unpacked, a string as it is."""
+    return unpack(key) if key < PACKED_BELOW else key
+
+
+def prefix_range(prefix: tuple[Element, ...]) -> tuple[str, str]:
+    """``[lo, hi)``: the stored keys of every tuple that starts with ``prefix`` (and longer
+    than it; ``prefix`` itself is in the range too)."""
+    lo = pack(prefix)
+    return lo, lo + PREFIX_END
+
+
+def first_element_end(packed: str) -> int:
+    """Where the first element of a packing ends (its table is ``packed[:end]``)."""
+    code = ord(packed[0])
+    if code in (BYTES, STRING):
+        at = 1
+        while True:
+            zero = packed.find("\x00", at)
+            if zero < 0:
+                return len(packed)
+            if packed.startswith("\xff", zero + 1):
+                at = zero + 2
+            else:
+                return zero + 1
+    if INT_ZERO - INT_BYTES_MAX <= code <= INT_ZERO + INT_BYTES_MAX:
+        return min(len(packed), 1 + abs(code - INT_ZERO))
+    if code == NESTED:
+        _, end = _unpack_items(packed, 1, nested=True, depth=1)
+        return end
+    return len(packed)
