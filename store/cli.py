@@ -32,6 +32,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         wan_rtt_ms=args.wan_rtt_ms,
         scan_fraction=args.scan_fraction,
         reverse_fraction=args.reverse_fraction,
+        replicated=args.replicated,
         snapshot_fraction=args.snapshot_fraction,
         crashes=args.crashes,
         scenario=args.scenario,
@@ -157,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--scan-fraction", type=float, default=0.15,
         help="list-append: share of micro-operations that scan a range of keys",
+    )
+    sim.add_argument(
+        "--replicated", action="store_true",
+        help="the workload's table is replicated on every shard (read locally, written everywhere)",
     )
     sim.add_argument(
         "--reverse-fraction", type=float, default=0.0,

@@ -163,6 +163,9 @@ class ClusterConfig:
     data_dir: Path | None = None  # None: run_dir / "data"
     data_bytes_max: int = 256 << 20
     fsync: bool = True
+    # [placement]: tables on every shard, and per table (field, splits) (PrefixPartitioner)
+    replicated_tables: tuple[str, ...] = ()
+    table_rules: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     def nodes(self) -> list[ReplicaNode]:
         """Every server process: the leaders, then the followers, shard by shard, then the
@@ -251,9 +254,24 @@ class ClusterConfig:
         }
 
     def partitioner(self) -> Partitioner:
-        if self.partitioner_kind == "prefix":
-            return PrefixPartitioner(len(self.shards))
+        if self.partitioner_kind == "prefix" or self.replicated_tables or self.table_rules:
+            return PrefixPartitioner(
+                len(self.shards), 1 if self.partitioner_kind == "prefix" else None,
+                self.replicated_tables, self.table_rules,
+            )
         return Partitioner(len(self.shards))
+
+    def placement(self) -> dict[str, Any]:
+        """How keys are placed, as ``meridian status`` shows it."""
+        default = "field 1 mod shards" if self.partitioner_kind == "prefix" else "hash"
+        return {
+            "default": default,
+            "replicated": list(self.replicated_tables),
+            "tables": {
+                table: {"field": rule_field, **({"splits": list(splits)} if splits else {})}
+                for table, (rule_field, splits) in sorted(self.table_rules.items())
+            },
+        }
 
     def leader_addresses(self) -> list[str]:
         return [shard.leader_address for shard in self.shards]
@@ -298,6 +316,10 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "ca": ("path", None, "the cluster's CA certificate (PEM); its key beside it, as .key, for meridian certs; relative to the cluster file"),
         "cert_dir": ("path", None, "each process's <name>.pem and <name>.key (names: shard-<n>, shard-<n>-<region>, cm-<region>); relative to the cluster file"),
         "secret_file": ("path", None, "the cluster secret (hex, 16 to 64 bytes): RPC sessions (servers and clients alike) are made only between endpoints that have it; relative to the cluster file"),
+    },
+    "placement": {
+        "replicated": ("list of table names", [], "tables kept whole on every shard: a transaction reads them on its coordinator's shard, and every write to them is certified and installed by all shards (for read-mostly tables, like TPC-C's ITEM)"),
+        "tables": ("table of {field, splits}", {}, "per table, the key element that chooses the shard: 'stock = { field = 1 }' places ('stock', w, ...) and 'stock/<w>/...' on shard w mod shards; with 'splits = [10, 20]' (ascending), values below 10 on shard 0, below 20 on shard 1, the rest on shard 2 (range placement); keys without an integer there are hashed"),
     },
     "wan": {
         "rtt_ms": ("float", 50.0, "emulated round trip between regions, in milliseconds"),
@@ -416,7 +438,9 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     from store.client.protocol import ClientSettings  # lazily: the SDK imports this module
 
     base = path.parent if path is not None else Path.cwd()
-    known_sections = {"cluster", "regions", "shards", "cm", "wan", "security", *SETTINGS_SECTIONS}
+    known_sections = {
+        "cluster", "regions", "shards", "cm", "wan", "security", "placement", *SETTINGS_SECTIONS,
+    }
     for section in data:
         if section not in known_sections:
             raise ConfigError(
@@ -468,6 +492,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     partitioner = cluster.get("partitioner", "hash")
     if partitioner not in ("hash", "prefix"):
         raise ConfigError("cluster.partitioner is 'hash' or 'prefix'")
+    replicated_tables, table_rules = _parse_placement(data.get("placement"), len(shards))
     procedures = cluster.get("procedures", [])
     if not isinstance(procedures, list) or not all(
         isinstance(p, str) and ":" in p for p in procedures
@@ -541,6 +566,8 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         ),
         fsync=_boolean(cluster.get("fsync", True), "cluster.fsync"),
         data_bytes_max=_integer(cluster.get("data_bytes_max", 256 << 20), "cluster.data_bytes_max"),
+        replicated_tables=replicated_tables,
+        table_rules=table_rules,
     )
     _check_listeners(config)
     return config
@@ -570,6 +597,38 @@ def _check_listeners(config: ClusterConfig) -> None:
         claim(config.wan.control, "the wan-proxy's control port")
         for name, listen, *_ in config.wan_links():
             claim(listen, f"the wan-proxy's link {name}")
+
+
+def _parse_placement(
+    raw: object, shard_count: int,
+) -> tuple[tuple[str, ...], dict[str, tuple[int, tuple[int, ...]]]]:
+    """``[placement]``: the replicated tables, and each placed table's (field, splits)."""
+    if raw is None:
+        return (), {}
+    table = _table(raw, "[placement]")
+    _known_keys(table, "placement", "[placement]")
+    replicated = table.get("replicated", [])
+    if not isinstance(replicated, list) or not all(isinstance(t, str) and t for t in replicated):
+        raise ConfigError("[placement] replicated: expected a list of table names")
+    rules: dict[str, tuple[int, tuple[int, ...]]] = {}
+    for name, rule in _table(table.get("tables", {}), "[placement] tables").items():
+        what = f"[placement] tables.{name}"
+        rule = _table(rule, what)
+        unknown = set(rule) - {"field", "splits"}
+        if unknown:
+            raise ConfigError(f"{what}: unknown key {sorted(unknown)[0]!r}; known: field, splits")
+        rule_field = rule.get("field", 1)
+        if type(rule_field) is not int or rule_field < 1:
+            raise ConfigError(f"{what}.field: expected an element index of 1 or more (0 is the table), got {rule_field!r}")
+        splits = rule.get("splits", [])
+        if not isinstance(splits, list) or not all(type(v) is int for v in splits) or splits != sorted(set(splits)):
+            raise ConfigError(f"{what}.splits: expected ascending distinct integers, got {splits!r}")
+        if len(splits) > shard_count - 1:
+            raise ConfigError(f"{what}.splits: {len(splits)} splits make more ranges than the {shard_count} shards")
+        if name in replicated:
+            raise ConfigError(f"{what}: {name!r} is replicated on every shard; it has no placement")
+        rules[name] = (rule_field, tuple(splits))
+    return tuple(replicated), rules
 
 
 def _parse_security(raw: object, base: Path) -> SecurityConfig | None:

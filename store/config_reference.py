@@ -168,6 +168,12 @@ def reference() -> str:
         structure["security"],
     )
     lines += _structure_table(
+        "[placement]",
+        "Which shard holds a key (docs/api.md, placement). Without it, `[cluster] partitioner` "
+        "decides alone.",
+        structure["placement"],
+    )
+    lines += _structure_table(
         "[wan]",
         "Wide-area emulation on one machine: every replication connection between regions "
         "goes through one `meridian wan-proxy`.",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,6 +236,8 @@ class Coordinator(Execution):
         elsewhere, a scan, or a participant that cannot certify alone now)."""
         if ops.batch.scans or not self.partitioner.owns_all(ops.keys, self.shard):
             return False
+        if self.partitioner.replicated and self.partitioner.shard_count > 1 and self._writes_replicated(ops):
+            return False  # a replicated table's writes go to every shard
         observed = self._observer is not None
         ran = self.participant.run_local(txn_id, ops, self.epoch, observed)
         if ran is None:
@@ -281,6 +283,23 @@ class Coordinator(Execution):
         self._certified(now_ns, txn, vc, full, observe=False)
         return True
 
+    def _writes_replicated(self, ops: OpList) -> bool:
+        """Whether the list may write a replicated table (any key, with a compare-and-set)."""
+        is_replicated = self.partitioner.is_replicated
+        return any(is_replicated(key) for key in (ops.keys if ops.conditional else ops.written))
+
+    def _write_shards_of(self, key: str) -> Sequence[int]:
+        """Where a key is written: a replicated table's on every shard."""
+        partitioner = self.partitioner
+        if partitioner.is_replicated(key):
+            return range(partitioner.shard_count)
+        return (partitioner.shard_of(key),)
+
+    def _read_shard_of(self, key: str) -> int:
+        """Where a key is read: a replicated table's on this shard."""
+        partitioner = self.partitioner
+        return self.shard if partitioner.is_replicated(key) else partitioner.shard_of(key)
+
     def _run_pair(
         self, now_ns: int, src: str, submit: Submit, key: tuple[str, int], txn_id: int,
         ops: OpList,
@@ -300,7 +319,9 @@ class Coordinator(Execution):
         False (nothing done) if the list does not qualify."""
         if ops.batch.scans or ops.conditional or not self.settings.speculation:
             return False
-        shard_of = self.partitioner.shard_of
+        if self.partitioner.replicated and self._writes_replicated(ops):
+            return False
+        shard_of = self._read_shard_of if self.partitioner.replicated else self.partitioner.shard_of
         here = self.shard
         other = -1
         local_reads: list[str] = []
@@ -316,6 +337,7 @@ class Coordinator(Execution):
             remote_reads.append(read_key)
         local_locks: list[str] = []
         remote_locks: list[str] = []
+        shard_of = self.partitioner.shard_of
         for written in ops.written:
             shard = shard_of(written)
             if shard == here:
@@ -437,8 +459,14 @@ class Coordinator(Execution):
         txn.result_value = result
         txn.executed_at = now_ns
         shard_of = self.partitioner.shard_of
-        for key, (value, deleted) in txn.writes.items():
-            txn.write_shards.setdefault(shard_of(key), []).append((key, value, deleted))
+        if self.partitioner.replicated:  # a replicated table is written on every shard
+            write_shards = self._write_shards_of
+            for key, (value, deleted) in txn.writes.items():
+                for shard in write_shards(key):
+                    txn.write_shards.setdefault(shard, []).append((key, value, deleted))
+        else:
+            for key, (value, deleted) in txn.writes.items():
+                txn.write_shards.setdefault(shard_of(key), []).append((key, value, deleted))
         read_shards = {s for s, reads in txn.reads.items() if reads} | {
             s for s, scans in txn.scans.items() if scans
         }

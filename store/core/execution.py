@@ -12,7 +12,7 @@ over.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from store.core.errors import InvalidRequest, Status
@@ -201,11 +201,16 @@ class Execution:
         txn.batch_scans = [[] for _ in batch.scans]
         keys_by_shard: dict[int, list[str]] = {}
         shard_of = self.partitioner.shard_of
-        for key in batch.keys:
-            keys_by_shard.setdefault(shard_of(key), []).append(key)
+        if self.partitioner.replicated:  # a replicated table is read where this runs
+            is_replicated, here = self.partitioner.is_replicated, self.shard
+            for key in batch.keys:
+                keys_by_shard.setdefault(here if is_replicated(key) else shard_of(key), []).append(key)
+        else:
+            for key in batch.keys:
+                keys_by_shard.setdefault(shard_of(key), []).append(key)
         scans_by_shard: dict[int, list[tuple[str, str, int]]] = {}
         for lo, hi, limit in batch.scans:
-            for shard in self.partitioner.shards_of_range(lo, hi):
+            for shard in self._scan_shards(lo, hi):
                 scans_by_shard.setdefault(shard, []).append((lo, hi, limit))
         for shard in sorted(keys_by_shard.keys() | scans_by_shard.keys()):
             keys = keys_by_shard.get(shard, [])
@@ -220,6 +225,13 @@ class Execution:
         if txn.waiting:
             return None
         return self._batch_value(txn)
+
+    def _scan_shards(self, lo: str, hi: str) -> Sequence[int]:
+        """The shards a scan of ``[lo, hi)`` asks: this one for a replicated table."""
+        partitioner = self.partitioner
+        if partitioner.replicated and partitioner.is_replicated(lo):
+            return (self.shard,)
+        return partitioner.shards_of_range(lo, hi)
 
     def _absorb_reads(
         self, txn: Transaction, shard: int, items: list[ReadItem], scans: list[list[ReadItem]]
@@ -245,7 +257,7 @@ class Execution:
             ranges = [
                 (j, rng)
                 for j, rng in enumerate(txn.batch.scans)
-                if shard in self.partitioner.shards_of_range(rng[0], rng[1])
+                if shard in self._scan_shards(rng[0], rng[1])
             ]
             recorded_scans = txn.scans.setdefault(shard, [])
             for (j, (lo, hi, limit)), found in zip(ranges, scans, strict=True):
@@ -279,7 +291,7 @@ class Execution:
         txn.waiting.discard(reply.shard)
         self._pending.pop((txn.txn_id, reply.shard), None)
         if len(reply.scans) != len(
-            [r for r in (txn.batch.scans if txn.batch else []) if reply.shard in self.partitioner.shards_of_range(r[0], r[1])]
+            [r for r in (txn.batch.scans if txn.batch else []) if reply.shard in self._scan_shards(r[0], r[1])]
         ):
             return  # malformed reply; the retransmission will ask again
         self._absorb_reads(txn, reply.shard, reply.items, reply.scans)

@@ -9,10 +9,13 @@ simulator's histories, differ between runs.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from store.core.keys import PACKED_BELOW, PREFIX_END, first_element_end
+from store.core.errors import InvalidRequest
+from store.core.keys import PACKED_BELOW, PREFIX_END, first_element_end, pack, unpack
 
 
 def table_of(key: str) -> str:
@@ -42,9 +45,16 @@ def in_one_table(lo: str, hi: str) -> bool:
 class Partitioner:
     """Maps keys to shards. Subclasses may place ranges (for scans) on one shard."""
 
+    # Whether some table is on every shard (``PrefixPartitioner``): the coordinator then
+    # asks ``is_replicated`` of each key it reads or writes.
+    replicated = False
+
     def __init__(self, shard_count: int) -> None:
         assert shard_count >= 1
         self.shard_count = shard_count
+
+    def is_replicated(self, key: str) -> bool:
+        return False
 
     def shard_of(self, key: str) -> int:
         return zlib.crc32(key.encode()) % self.shard_count
@@ -66,32 +76,113 @@ class Partitioner:
 
 
 class PrefixPartitioner(Partitioner):
-    """Places a key by an integer field of its path: ``table/<n>/...`` goes to n mod S.
+    """Places a key by an integer field: ``table/<n>/...`` (string keys, the path's field
+    ``field``) or ``(table, n, ...)`` (tuple keys, element ``field``) goes to shard n mod S,
+    or with ``splits`` (ascending) to the number of splits at or below n (range placement:
+    ``splits=[10, 20]`` puts 0-9 on shard 0, 10-19 on 1, the rest on 2).
 
-    Keys with no such field (or fewer path parts) fall back to hashing. A custom partitioner
-    of this kind maps e.g. a TPC-C warehouse to a shard; ranges that share the field are
-    served by one shard.
+    ``tables`` sets the field (and splits) per table; ``field`` is the rule of every other
+    table (None: hash them). Keys with no such integer field fall back to hashing. Ranges
+    whose keys share everything up to the field are served by one shard.
+
+    A *replicated* table (``replicated_tables``) is on every shard: the coordinator reads
+    it on its own shard and writes it on all of them (``is_replicated``); ``shard_of``
+    hashes its keys, for routing only.
     """
 
-    def __init__(self, shard_count: int, field: int = 1, replicated_tables: Sequence[str] = ()) -> None:
+    def __init__(
+        self, shard_count: int, field: int | None = 1, replicated_tables: Sequence[str] = (),
+        tables: Mapping[str, tuple[int, Sequence[int]]] | None = None,
+    ) -> None:
         super().__init__(shard_count)
         self.field = field
         self.replicated_tables = frozenset(replicated_tables)
+        # Each table under both names: a string key's ("stock") and a tuple key's (packed).
+        self._replicated = frozenset(_both_names(self.replicated_tables))
+        self._rules: dict[str, tuple[int, tuple[int, ...]]] = {}
+        for table, (table_field, splits) in (tables or {}).items():
+            assert table_field >= 1 and list(splits) == sorted(splits)
+            for name in _both_names([table]):
+                self._rules[name] = (table_field, tuple(splits))
+        self._default = (field, ()) if field is not None else None
+        self.tables = dict(tables or {})
+        self.replicated = bool(self.replicated_tables)
+
+    def is_replicated(self, key: str) -> bool:
+        return table_of(key) in self._replicated
+
+    def owns_all(self, keys: Sequence[str], shard: int) -> bool:
+        """Whether every key is on ``shard``; a replicated table's keys are on every shard
+        (its writes are not: the coordinator sends those to all shards)."""
+        shard_of, replicated = self.shard_of, self._replicated
+        return all(shard_of(key) == shard or table_of(key) in replicated for key in keys)
+
+    def _rule(self, key: str) -> tuple[int, tuple[int, ...]] | None:
+        return self._rules.get(table_of(key), self._default)
+
+    def _fields(self, key: str, field: int) -> list[object] | None:
+        """The key's elements (a string key's path parts) up to ``field``; None if it has
+        no integer there. The end of a prefix's range (a packing and 0xFF) is its prefix."""
+        if key < PACKED_BELOW:
+            items = _unpacked(key)
+            if items is None:
+                return None
+            head = list(items[: field + 1])
+        else:
+            parts = key.split("/", field + 1)
+            if len(parts) <= field or not parts[field].isdigit():
+                return None
+            head = [*parts[:field], int(parts[field])]
+        if len(head) <= field or type(head[field]) is not int:
+            return None
+        return head
 
     def _placed(self, key: str) -> int | None:
-        parts = key.split("/")
-        if len(parts) > self.field and parts[self.field].isdigit():
-            return int(parts[self.field]) % self.shard_count
-        return None
+        rule = self._rule(key)
+        if rule is None:
+            return None
+        field, splits = rule
+        head = self._fields(key, field)
+        if head is None:
+            return None
+        value = head[field]
+        assert isinstance(value, int)
+        if splits:
+            return min(bisect.bisect_right(splits, value), self.shard_count - 1)
+        return value % self.shard_count
 
     def shard_of(self, key: str) -> int:
         placed = self._placed(key)
         return placed if placed is not None else super().shard_of(key)
 
     def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
-        lo_shard, hi_shard = self._placed(lo), self._placed(hi)
-        if lo_shard is not None and lo_shard == hi_shard:
-            lo_parts, hi_parts = lo.split("/"), hi.split("/")
-            if lo_parts[: self.field + 1] == hi_parts[: self.field + 1]:
-                return (lo_shard,)
+        rule = self._rule(lo)
+        if rule is None or table_of(lo) in self._replicated:
+            return range(self.shard_count)
+        field = rule[0]
+        lo_head, hi_head = self._fields(lo, field), self._fields(hi, field)
+        if lo_head is not None and lo_head == hi_head:
+            placed = self._placed(lo)
+            assert placed is not None
+            return (placed,)
         return range(self.shard_count)
+
+
+def _both_names(tables: Iterable[str]) -> list[str]:
+    return [name for table in tables for name in (table, pack((table,)))]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _unpacked(key: str) -> tuple[object, ...] | None:
+    """A packed key's elements (cached: placement asks for the same keys again and again);
+    the end of a prefix's range is its prefix; None for what is neither."""
+    try:
+        return unpack(key)
+    except InvalidRequest:
+        pass
+    if key.endswith(PREFIX_END):
+        try:
+            return unpack(key[:-1])
+        except InvalidRequest:
+            return None
+    return None

@@ -528,6 +528,20 @@ def format_processes(
     return "\n".join(lines)
 
 
+def format_placement(config: ClusterConfig) -> str:
+    """How the cluster file places keys (what every server and client runs with)."""
+    placement = config.placement()
+    parts = [f"other tables: {placement['default']}"]
+    if placement["replicated"]:
+        parts.insert(0, "replicated on every shard: " + ", ".join(placement["replicated"]))
+    for table, rule in placement["tables"].items():
+        where = f"field {rule['field']}" + (
+            f" in ranges split at {rule['splits']}" if "splits" in rule else " mod shards"
+        )
+        parts.insert(-1, f"{table}: {where}")
+    return "placement: " + "; ".join(parts)
+
+
 def run_status(config: ClusterConfig) -> int:
     from store.client import Client
 
@@ -543,6 +557,8 @@ def run_status(config: ClusterConfig) -> int:
     print(format_status(epoch, leaders, statuses))
     print()
     print(format_processes(config.nodes(), processes))
+    print()
+    print(format_placement(config))
     return 0 if all(s is not None and s.get("role") == "leader" for s in statuses) else 1
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from jepsen.checkers.bank import check_bank
 from jepsen.history import write_history
 from store.client.protocol import ClientSettings, TxnResult
-from store.core.partition import Partitioner
+from store.core.partition import Partitioner, PrefixPartitioner
 from store.core.paxos import DEFAULT_STREAM_SETTINGS
 from store.core.replica import ShardLeader
 from store.core.settings import BREAKABLE_STEPS, DEFAULT_SETTINGS
@@ -77,6 +77,7 @@ class SimOptions:
     wan_rtt_ms: float = 50.0
     scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
     reverse_fraction: float = 0.0  # list-append: share of scans that read from the range's end
+    replicated: bool = False  # the workload's table is replicated: read locally, written everywhere
     snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
     crashes: bool = False  # crash shard leaders during the load (followers take over)
     disk: bool = False  # processes sync their acceptors to a disk that survives a crash
@@ -97,6 +98,7 @@ OPTION_FLAGS = {
     "scan_fraction": "--scan-fraction", "reverse_fraction": "--reverse-fraction",
     "snapshot_fraction": "--snapshot-fraction",
     "crashes": "--crashes", "scenario": "--scenario", "disk": "--disk",
+    "replicated": "--replicated",
 }
 assert set(OPTION_FLAGS) == {f.name for f in fields(SimOptions)}, "a SimOptions field has no flag"
 
@@ -150,7 +152,9 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         raise ValueError(f"--break {options.break_step} needs --disk")
     sim = Simulator(seed)
     network = Network(sim, options.faults())
-    partitioner = Partitioner(options.shards)
+    partitioner: Partitioner = Partitioner(options.shards)
+    if options.replicated:  # the workload's table on every shard (PrefixPartitioner)
+        partitioner = PrefixPartitioner(options.shards, field=None, replicated_tables=["la", "bank"])
     procedures = Procedures()
     register_bank(procedures)
     breaks = frozenset({options.break_step}) if options.break_step else frozenset()
@@ -703,7 +707,7 @@ def replay_command(seed: int, options: SimOptions, out_dir: str | None = None) -
     parts = ["meridian sim", f"--seed {seed}"]
     for name, flag in OPTION_FLAGS.items():
         value = getattr(options, name)
-        if name in ("partitions", "crashes", "disk"):
+        if name in ("partitions", "crashes", "disk", "replicated"):
             if value:
                 parts.append(flag)
         elif name == "speculation":

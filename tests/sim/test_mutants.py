@@ -7,6 +7,8 @@ workload that reaches it; the oracle or checker named must object. The rules:
 * a scan's phantom check: the range must still hold the versions the scan saw
   (``Participant._check_reads``; DESIGN.md §3 "validate");
 * the lock check of the last key of a scan cut short by its limit;
+* a replicated table's writes go to every shard (it is read on any one:
+  ``Coordinator._write_shards_of``);
 * which part of its range a reverse scan cut short speaks for (from its last key up to the
   range's end: ``covered_range``);
 * the read stamps of single-shard certification (read-write dependencies, participant.py);
@@ -67,6 +69,17 @@ def test_without_the_lock_check_of_a_cut_short_scans_last_key(
     monkeypatch.setattr(VersionedStore, "range_locked_by_other", last_key_unchecked)
     kinds = _kinds(SimOptions(loss=0.05), 20)
     assert {"G2-item", "G-single", "dependency-uncovered"} & set(kinds), kinds
+
+
+def test_a_replicated_tables_writes_on_one_shard_only_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        coordinator_module.Coordinator, "_write_shards_of",
+        lambda self, key: (self.partitioner.shard_of(key),),
+    )
+    summary = run_many([0], SimOptions(loss=0.05, regions=3, shards=3, replicated=True))
+    assert {"G-single", "G0", "lost-update"} & set(summary["seeds_with_anomalies"])
 
 
 REVERSE = SimOptions(loss=0.05, regions=3, shards=3, scan_fraction=0.4, reverse_fraction=0.5)

@@ -133,6 +133,16 @@ def test_reverse_scans_in_three_regions_are_serializable() -> None:
     assert summary["transactions_committed"] > 1000
 
 
+@pytest.mark.parametrize("workload", ["list-append", "bank"])
+def test_a_replicated_table_read_locally_and_written_everywhere_is_serializable(workload: str) -> None:
+    """``--replicated``: the workload's table is on every shard (placement's replicated
+    tables): each transaction reads it on its coordinator's shard and writes it on all."""
+    options = SimOptions(loss=0.05, regions=3, shards=3, replicated=True, workload=workload)
+    summary = run_many(list(range(20)), options)
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["transactions_committed"] > 400
+
+
 def test_a_failing_seed_replays_byte_for_byte_from_its_printed_command(tmp_path) -> None:
     """The replay line of a failing 3-region seed carries every option: running it gives
     the very same history."""

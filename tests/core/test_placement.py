@@ -1,0 +1,81 @@
+"""Placement by key prefix (issue 15): which shard holds a key, set per table in the cluster
+file's ``[placement]``; replicated tables; ranges served by one shard when they can be."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from store.config import ConfigError, from_dict
+from store.core.keys import pack, prefix_range
+from store.core.partition import Partitioner, PrefixPartitioner
+from store.node.up import format_placement
+
+FOUR = [{"leader": f"h:{i + 1}"} for i in range(4)]
+
+
+def _config(placement: dict[str, Any], partitioner: str = "hash") -> Any:
+    return from_dict({"shards": FOUR, "cluster": {"partitioner": partitioner}, "placement": placement})
+
+
+def test_a_table_placed_by_its_field_puts_string_and_tuple_keys_alike() -> None:
+    partitioner = _config({"tables": {"stock": {"field": 1}}}).partitioner()
+    for w in range(8):
+        assert partitioner.shard_of(pack(("stock", w, 17))) == w % 4
+        assert partitioner.shard_of(f"stock/{w}/17") == w % 4
+    # Other tables are hashed (partitioner = "hash"), as without [placement].
+    assert partitioner.shard_of("orders/5/1") == Partitioner(4).shard_of("orders/5/1")
+    # A prefix that fixes the field is read on one shard; one that does not, on all.
+    lo, hi = prefix_range(("stock", 6))
+    assert list(partitioner.shards_of_range(lo, hi)) == [2]
+    lo, hi = prefix_range(("stock",))
+    assert list(partitioner.shards_of_range(lo, hi)) == [0, 1, 2, 3]
+    assert list(partitioner.shards_of_range(pack(("stock", 6, 1)), pack(("stock", 6, 9)))) == [2]
+
+
+def test_range_placement_by_splits() -> None:
+    partitioner = _config({"tables": {"orders": {"field": 2, "splits": [10, 20, 30]}}}).partitioner()
+    where = [partitioner.shard_of(pack(("orders", "x", n))) for n in (-5, 0, 9, 10, 19, 20, 29, 30, 999)]
+    assert where == [0, 0, 0, 1, 1, 2, 2, 3, 3]
+    # A key without an integer at the field is hashed.
+    assert partitioner.shard_of(pack(("orders", "x", "y"))) == Partitioner(4).shard_of(pack(("orders", "x", "y")))
+
+
+def test_replicated_tables_are_on_every_shard() -> None:
+    partitioner = _config({"replicated": ["item"]}, partitioner="prefix").partitioner()
+    assert isinstance(partitioner, PrefixPartitioner)
+    assert partitioner.replicated
+    assert partitioner.is_replicated(pack(("item", 5))) and partitioner.is_replicated("item/5")
+    assert not partitioner.is_replicated(pack(("stock", 5)))
+    # A transaction of warehouse 1's keys and ITEM reads stays on warehouse 1's shard.
+    assert partitioner.owns_all([pack(("stock", 1, 5)), pack(("item", 5))], 1)
+    assert not partitioner.owns_all([pack(("stock", 1, 5)), pack(("stock", 2, 5))], 1)
+
+
+def test_status_shows_the_placement() -> None:
+    config = _config({"replicated": ["item"], "tables": {"orders": {"field": 2, "splits": [10]}}}, "prefix")
+    assert format_placement(config) == (
+        "placement: replicated on every shard: item; orders: field 2 in ranges split at [10]; "
+        "other tables: field 1 mod shards"
+    )
+    assert format_placement(from_dict({"shards": FOUR})) == "placement: other tables: hash"
+
+
+@pytest.mark.parametrize(
+    ("placement", "complaint"),
+    [
+        ({"replicate": ["item"]}, "unknown key 'replicate'"),
+        ({"replicated": "item"}, "list of table names"),
+        ({"tables": {"stock": {"field": 0}}}, "index of 1 or more"),
+        ({"tables": {"stock": {"field": "1"}}}, "index of 1 or more"),
+        ({"tables": {"stock": {"splits": [3, 2]}}}, "ascending distinct"),
+        ({"tables": {"stock": {"splits": [1, 2, 3, 4]}}}, "more ranges than the 4 shards"),
+        ({"tables": {"stock": {"by": "hash"}}}, "unknown key 'by'"),
+        ({"tables": {"item": {}}, "replicated": ["item"]}, "replicated on every shard"),
+        ({"tables": []}, "must be a table"),
+    ],
+)
+def test_bad_placement_is_refused_with_the_reason(placement: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(ConfigError, match=complaint):
+        _config(placement)
