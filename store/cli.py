@@ -226,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
     status.set_defaults(run=cmd_status)
 
+    truncate = commands.add_parser(
+        "truncate", help="delete every key of a table (its string and tuple keys), in batches",
+    )
+    truncate.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
+    truncate.add_argument("table", help="the table: keys 'table/...' and ('table', ...)")
+    truncate.set_defaults(run=cmd_truncate)
+
     wan = commands.add_parser(
         "wan-proxy", help="emulate wide-area links: a delaying, partitionable TCP proxy",
         add_help=False,
@@ -336,6 +343,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     from store.node.up import run_status
 
     return run_status(_config(args.config))
+
+
+def cmd_truncate(args: argparse.Namespace) -> int:
+    from store.client import BlockingClient
+    from store.core.errors import MeridianError
+
+    try:
+        with BlockingClient.connect(_config(args.config)) as client:
+            deleted = client.truncate(args.table)
+    except MeridianError as exc:
+        raise SystemExit(f"meridian: truncate {args.table}: {type(exc).__name__}: {exc}") from None
+    print(f"deleted {deleted} keys of {args.table}")
+    return 0
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

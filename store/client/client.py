@@ -55,7 +55,7 @@ from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
 from store.core.keys import Element, Key, to_stored, tuple_of
 from store.core.keys import prefix_range as _prefix_range
-from store.core.partition import Partitioner
+from store.core.partition import Partitioner, table_end
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OP_ARITY, OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
@@ -68,6 +68,9 @@ __all__ = ["BlockingClient", "BlockingTxnBuilder", "Client", "ClientSettings", "
            "TxnBuilder", "TxnResult"]
 
 T = TypeVar("T")
+
+# Keys per transaction of ``truncate`` (below what one transaction may write).
+TRUNCATE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,13 @@ class Client:
         """A builder of a transaction made of built-in operations."""
         return TxnBuilder(self)
 
+    def stats(self) -> dict[str, int]:
+        """What this client's transactions took: ``transactions`` run, ``attempts`` (each
+        under a new id), ``conflict_retries`` and ``unavailable_retries`` (a leader that had
+        moved). One transaction's count is its ``TxnResult.attempts`` (``run_detailed``), or
+        the ``attempts`` of the error it raised."""
+        return dict(self.protocol.stats)
+
     async def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
         """Runs built-in operations as one transaction (see ``transaction()``): ``[["get",
         key], ["put", key, value], ["scan", lo, hi, limit], ...]``; keys are strings or
@@ -247,6 +257,27 @@ class Client:
         one transaction; returns how many there were."""
         count: int = (await self.run_ops([["clear_range", lo, hi]]))[0]
         return count
+
+    async def truncate(self, table: str) -> int:
+        """Deletes every key of ``table`` (its string keys ``table/...`` and its tuple keys
+        ``(table, ...)``), in transactions of up to ``TRUNCATE_BATCH`` keys; returns how many
+        it deleted. Not one transaction: a reader may see the table part deleted, and keys
+        written meanwhile may survive it."""
+        if type(table) is not str or not table or "/" in table or table < " ":
+            raise InvalidRequest(f"a table name is a non-empty string without '/', got {table!r}")
+        deleted = 0
+        for lo, hi in ((table + "/", table_end(table)), _prefix_range((table,))):
+            while True:
+                (found,) = await self.run_ops([["scan", lo, hi, TRUNCATE_BATCH]])
+                if not found:
+                    break
+                end = hi if len(found) < TRUNCATE_BATCH else to_stored(found[-1][0]) + "\x00"
+                (count,) = await self.run_ops([["clear_range", lo, end]])
+                deleted += count
+                lo = end
+                if end == hi:
+                    break
+        return deleted
 
     async def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
         """Each shard leader's health and counters (None for one that does not answer);
@@ -590,6 +621,10 @@ class BlockingClient:
         """A builder of a transaction made of built-in operations."""
         return BlockingTxnBuilder(self)
 
+    def stats(self) -> dict[str, int]:
+        """What this client's transactions took (see ``Client.stats``)."""
+        return self._client.stats()
+
     def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
         return self._call(self._client.run_ops(ops, route=route))
 
@@ -620,6 +655,10 @@ class BlockingClient:
 
     def clear_range(self, lo: Key, hi: Key) -> int:
         return self._call(self._client.clear_range(lo, hi))
+
+    def truncate(self, table: str) -> int:
+        """Deletes every key of ``table`` (see ``Client.truncate``)."""
+        return self._call(self._client.truncate(table))
 
     def status(self, replicas: bool = False) -> list[dict[str, Any] | None]:
         return self._call(self._client.status(replicas))

@@ -58,6 +58,7 @@ from store.core.errors import (
     ERROR_OF_STATUS,
     Aborted,
     InvalidRequest,
+    MeridianError,
     OutcomeUnknown,
     Status,
     Unavailable,
@@ -186,6 +187,9 @@ class ClientProtocol:
         self.epoch = -1  # of the cluster map the leaders come from (-1: the cluster file's)
         self._config_ids = itertools.count(1)
         self.partitioner = partitioner
+        # What ``run`` did, for ``Client.stats``: transactions, attempts (each under a new
+        # id), and the retries of conflicts and of a leader that had moved.
+        self.stats = {"transactions": 0, "attempts": 0, "conflict_retries": 0, "unavailable_retries": 0}
         self.settings = settings
         self.clock = clock
         self.rng = rng
@@ -217,19 +221,29 @@ class ClientProtocol:
         """Runs a transaction, retrying conflicts under new ids (``Client.run`` and kin)."""
         backoff = self.settings.backoff_initial_s
         unavailable = 0
+        self.stats["transactions"] += 1
         for attempt in itertools.count(1):
             pending = self.new_pending(shard, procedure, args)
+            self.stats["attempts"] += 1
             try:
                 return (yield from self.attempt(pending, speculative, attempt, detailed))
-            except Aborted:
+            except Aborted as exc:
                 if attempt > self.settings.retries_max:
+                    exc.attempts = attempt
                     raise
-            except Unavailable:
+                self.stats["conflict_retries"] += 1
+            except Unavailable as exc:
                 unavailable += 1
                 if unavailable > self.settings.unavailable_retries_max or not self.cm_members:
+                    exc.attempts = attempt
                     raise
                 if not (yield from self.refresh_config()):
+                    exc.attempts = attempt
                     raise
+                self.stats["unavailable_retries"] += 1
+            except MeridianError as exc:
+                exc.attempts = attempt
+                raise
             yield Sleep(backoff * (0.5 + self.rng.random()))
             backoff = min(backoff * 2, self.settings.backoff_max_s)
         raise AssertionError("unreachable")

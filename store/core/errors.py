@@ -11,7 +11,10 @@ import enum
 
 
 class MeridianError(Exception):
-    """Base of every error Meridian reports to a caller."""
+    """Base of every error Meridian reports to a caller. ``attempts``: how many times the
+    SDK ran the transaction (under new ids) before it gave this error."""
+
+    attempts = 1
 
 
 class InvalidRequest(MeridianError):

@@ -87,7 +87,7 @@ def check_key(key: object, settings: Settings) -> str:
 def check_range(lo: object, hi: object, limit: object, settings: Settings) -> tuple[str, str, int]:
     """A scan of ``[lo, hi)`` as the store runs it: ``(lo, hi, limit)`` with a negative
     limit for a reverse scan (the last ``-limit`` keys, highest first)."""
-    stored_lo, stored_hi = check_key(lo, settings), _check_end(hi, settings)
+    stored_lo, stored_hi = _check_bound(lo, settings), _check_bound(hi, settings)
     if type(limit) is not int or not 0 < abs(limit) <= settings.scan_limit_max:
         raise InvalidRequest(f"scan limit must be 1..{settings.scan_limit_max}")
     if not in_one_table(stored_lo, stored_hi):
@@ -98,15 +98,21 @@ def check_range(lo: object, hi: object, limit: object, settings: Settings) -> tu
     return stored_lo, stored_hi, limit
 
 
-def _check_end(hi: object, settings: Settings) -> str:
-    """A range's end: a key, or the end of a prefix's range (a packing and 0xFF)."""
-    if type(hi) is str and hi < PACKED_BELOW and hi.endswith(PREFIX_END):
+def _check_bound(bound: object, settings: Settings) -> str:
+    """A range's bound: a key, the end of a prefix's range (a packing and 0xFF) or the
+    least key above a key (a packing and 0x00)."""
+    if type(bound) is str and bound < PACKED_BELOW and bound[-1:] in (PREFIX_END, "\x00"):
         try:
-            return check_key(hi, settings)
+            return check_key(bound, settings)
         except InvalidRequest:
-            check_key(hi[:-1], settings)
-            return hi
-    return check_key(hi, settings)
+            check_key(bound[:-1], settings)
+            return bound
+    return check_key(bound, settings)
+
+
+def clear_range_limit(settings: Settings) -> int:
+    """What a clear_range scans for: one key more than a transaction may delete."""
+    return min(settings.scan_limit_max, settings.ops_per_txn_max + 1)
 
 
 def check_prefix(prefix: object, limit: object, settings: Settings) -> tuple[str, str, int]:
@@ -284,13 +290,13 @@ class Tx:
     async def clear_range(self, lo: Key, hi: Key) -> int:
         """Deletes every key in ``[lo, hi)`` (one table); returns how many. The range is read
         as a scan is, so a key another transaction inserts in it meanwhile aborts one of the
-        two; a range of more keys than the scan limit is refused (clear it in parts, or
-        ``truncate`` a table)."""
-        limit = self._settings.scan_limit_max
+        two; a range of more keys than a transaction may write (``ops_per_txn_max``) is
+        refused: clear it in parts."""
+        limit = clear_range_limit(self._settings)
         _, (keys,) = await self.read_many((), (Range(lo, hi, limit, keys_only=True),))
         if len(keys) >= limit:
             raise InvalidRequest(
-                f"clear_range of {limit} keys or more; clear it in parts of fewer"
+                f"clear_range of more than {limit - 1} keys; clear it in parts of fewer"
             )
         for key in keys:
             self.delete(key)
@@ -344,7 +350,7 @@ class Tx:
 
     # Built-in read-modify-write helpers, used by the operation list and by procedures.
 
-    async def append(self, key: str, item: Any) -> list[Any]:
+    async def append(self, key: Key, item: Any) -> list[Any]:
         current = await self.get(key)
         if current is None:
             current = []
@@ -354,7 +360,7 @@ class Tx:
         self.put(key, updated)
         return updated
 
-    async def increment(self, key: str, delta: int = 1) -> int:
+    async def increment(self, key: Key, delta: int = 1) -> int:
         if type(delta) is not int:
             raise InvalidRequest("increment delta must be an integer")
         current = await self.get(key)
@@ -366,7 +372,7 @@ class Tx:
         self.put(key, updated)
         return updated
 
-    async def compare_and_set(self, key: str, expected: Any, new: Any) -> bool:
+    async def compare_and_set(self, key: Key, expected: Any, new: Any) -> bool:
         current = await self.get(key)
         if current != expected:
             return False
@@ -455,9 +461,9 @@ class OpList:
             if (kind is not list and kind is not tuple) or len(op) != arity + 1:
                 _bad_operation(op)
             key = op[1]
-            if type(key) is not str or key < PACKED_BELOW or (
+            if (type(key) is not str or key < PACKED_BELOW or (
                 len(key) > short_key and len(key.encode()) > key_max
-            ):
+            )) and code not in (SCAN, CLEAR_RANGE):  # a range's bounds: check_range below
                 key = check_key(key, settings)  # a tuple packed, or the precise error
             # The two operations of most lists first, without the general checks below.
             if code == INCREMENT:
@@ -497,7 +503,7 @@ class OpList:
                 check_value(first, settings)
             elif code in (SCAN, CLEAR_RANGE):
                 if code == CLEAR_RANGE:
-                    second = settings.scan_limit_max
+                    second = clear_range_limit(settings)
                 key, first, second = check_range(key, first, second, settings)
                 index = len(scans)
                 # The operations before it may delete keys the store returns: ask for one
@@ -553,7 +559,7 @@ class OpList:
                 found = _overlay(scanned[index], writes, key, first, second)
                 if len(found) >= second:
                     raise InvalidRequest(
-                        f"clear_range of {second} keys or more; clear it in parts of fewer"
+                        f"clear_range of more than {second - 1} keys; clear it in parts of fewer"
                     )
                 for k, _ in found:
                     writes[k] = (None, True)

@@ -36,6 +36,8 @@ CORE_FOR_PROTOCOL = {
     "store.core.errors",
     "store.core.settings",
     "store.core.partition",
+    "store.core.keys",
+    "store.core.values",
 }
 
 

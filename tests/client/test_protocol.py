@@ -199,9 +199,15 @@ def test_a_conflict_is_retried_under_a_new_id_with_backoff_until_the_limit() -> 
     assert sum(isinstance(e, Sleep) for e in driver.effects) == 3
     limit = driver.protocol.settings.retries_max
     stubborn = Driver(answers(*[outcome(Status.ABORTED)] * (limit + 1)))
-    with pytest.raises(Aborted):
+    with pytest.raises(Aborted) as raised:
         stubborn.run(stubborn.protocol.run(0, "p", [], False, False))
     assert len(stubborn.submits()) == limit + 1
+    # Issue 15: the error says how many attempts it took, and so do the client's counts.
+    assert raised.value.attempts == limit + 1
+    assert driver.protocol.stats == {
+        "transactions": 1, "attempts": 4, "conflict_retries": 3, "unavailable_retries": 0,
+    }
+    assert stubborn.protocol.stats["conflict_retries"] == limit
 
 
 def test_detailed_is_one_request_and_learns_its_certification_time_from_the_commit() -> None:

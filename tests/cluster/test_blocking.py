@@ -7,7 +7,10 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import pytest
+
 from store import config as config_module
+from store.cli import main
 from store.client import BlockingClient, Client
 from store.node.up import ProcessCluster
 from tests.cluster.conftest import write_cluster_file
@@ -35,7 +38,7 @@ def test_every_call_of_client_is_on_blocking_client_with_the_same_arguments() ->
     assert properties <= {n for n, _ in inspect.getmembers(BlockingClient) if not n.startswith("_")}
 
 
-def test_the_blocking_calls_work_against_a_cluster(tmp_path: Path) -> None:
+def test_the_blocking_calls_work_against_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_cluster_file(tmp_path)
     cluster = ProcessCluster(config_module.load(path))
     cluster.start()
@@ -69,5 +72,15 @@ def test_the_blocking_calls_work_against_a_cluster(tmp_path: Path) -> None:
             assert built == [[[("order", 7, 1), {"n": 1}]], 2]  # pairs as lists, as ever
             assert client.clear_range(("order", 7), ("order", 8)) == 3
             assert client.scan_prefix(("order", 7)) == []
+            # truncate: more keys than one transaction may delete, string and tuple keys.
+            for start in range(0, 2500, 500):
+                client.run_ops([["put", ("big", i), i] for i in range(start, start + 500)])
+            client.run_ops([["put", f"big/{i:03d}", i] for i in range(30)] + [["put", "bigger/1", 1]])
+            assert client.truncate("big") == 2530
+            assert client.scan_prefix(("big",)) == [] and client.scan("big/", "big0") == []
+            assert client.get("bigger/1") == 1
+            client.put(("big", 1), 1)
+            assert main(["truncate", "--config", str(path), "big"]) == 0
+            assert capsys.readouterr().out == "deleted 1 keys of big\n"
     finally:
         cluster.stop()

@@ -140,12 +140,21 @@ def test_malformed_typed_operations_are_refused(ops: Any, message: str) -> None:
         cluster.ops(ops)
 
 
-def test_a_clear_range_larger_than_the_scan_limit_is_refused_and_writes_nothing() -> None:
+def test_a_clear_range_of_more_keys_than_a_transaction_may_write_is_refused() -> None:
     procedures = Procedures()
+
+    async def clear(tx: Tx, hi: int) -> int:
+        return await tx.clear_range(("big", 0), ("big", hi))
+
+    procedures.register("clear", clear)
     cluster = LocalCluster(shards=1, procedures=procedures)
-    limit = cluster.replica(0).coordinator.settings.scan_limit_max
-    for start in range(0, limit, 1000):
-        cluster.ops([["put", ("big", i), i] for i in range(start, start + 1000)])
-    with pytest.raises(InvalidRequest, match="in parts"):
-        cluster.ops([["clear_range", ("big", 0), ("big", limit + 1)]])
+    limit = cluster.replica(0).coordinator.settings.ops_per_txn_max
+    for start in range(0, limit + 1, 500):
+        cluster.ops([["put", ("big", i), i] for i in range(start, min(start + 500, limit + 1))])
+    for attempt in (lambda: cluster.ops([["clear_range", ("big", 0), ("big", limit + 1)]]),
+                    lambda: cluster.run("clear", limit + 1)):
+        with pytest.raises(InvalidRequest, match=f"more than {limit} keys; clear it in parts"):
+            attempt()
     assert cluster.ops([["get", ("big", 0)]]) == [0]
+    assert cluster.run("clear", limit) == limit  # exactly the limit: cleared
+    assert cluster.ops([["get", ("big", 0)], ["get", ("big", limit)]]) == [None, limit]
