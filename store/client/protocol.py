@@ -129,7 +129,10 @@ class ClientSettings:
     attempt_timeout_s: float = 1.0  # one request before it is sent again (same id)
     retries_max: int = 20  # conflict retries of run() (each under a new transaction id)
     backoff_initial_s: float = 0.001  # first pause before a conflict's retry; doubles
-    backoff_max_s: float = 0.1  # longest pause between retries
+    # Longest pause between retries. Conflicts last a few milliseconds (locks are released
+    # at certification): under TPC-C's 14% conflict rate a 100 ms cap made retry chains of
+    # 0.9 s against a p99 of 54 ms; 20 ms cut the longest to 0.36 s (docs/api.md).
+    backoff_max_s: float = 0.02
     in_flight_max: int = 256  # transactions this client has outstanding at once
     connect_timeout_s: float = 2.0  # opening a session to a server
     unavailable_retries_max: int = 10  # runs again after the map changed (new leaders)

@@ -22,7 +22,9 @@ def test_the_sdk_example_prints_what_the_readme_says(cluster: ProcessCluster) ->
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["[70, None]", "{'0': None, '1': None}"]
+    assert result.stdout.splitlines() == [
+        "[70, None]", "{'0': None, '1': None}", "[(('order', 1, 9), 'shipped')]",
+    ]
 
 
 def test_the_procedure_example_runs() -> None:

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from bench.tpcc import loader, procedures, schema
-from bench.tpcc.local import replica_rows
-from store.core.partition import PrefixPartitioner
+from bench.tpcc.local import load, replica_rows
+from bench.tpcc.schema import Key
+from store.core.keys import pack
 from store.core.txn import Procedures
 from store.sim.local import LocalCluster
 
@@ -20,11 +21,15 @@ TINY = schema.Scale(items=200, customers_per_district=30, new_orders_per_distric
 
 
 @functools.cache
-def _generated(warehouses: tuple[int, ...], shard_count: int, scale: schema.Scale, seed: int) -> dict[str, Any]:
-    rows: dict[str, Any] = {}
-    for shard_rows in loader.initial_rows(warehouses, shard_count, scale, seed=seed):
-        rows.update(shard_rows)
-    return rows
+def _generated(
+    warehouses: tuple[int, ...], shard_count: int, scale: schema.Scale, seed: int
+) -> loader.InitialRows:
+    return loader.initial_rows(warehouses, shard_count, scale, seed=seed)
+
+
+def _copy(rows: dict[Key, Any]) -> dict[Key, Any]:
+    """Rows are flat dicts: copying each keeps the cached generation pristine."""
+    return {key: dict(value) if isinstance(value, dict) else value for key, value in rows.items()}
 
 
 class Tiny:
@@ -36,37 +41,35 @@ class Tiny:
         shard_count: int,
         scale: schema.Scale = TINY,
         seed: int = 7,
-        edit: Callable[[dict[str, Any]], None] | None = None,
+        edit: Callable[[dict[Key, Any]], None] | None = None,
     ) -> None:
         self.warehouses = warehouses
         self.shard_count = shard_count
         self.scale = scale
         registry = Procedures()
         procedures.register(registry)
-        self.cluster = LocalCluster(shard_count, registry, PrefixPartitioner(shard_count))
-        generated = _generated(tuple(warehouses), shard_count, scale, seed)
-        # Rows are flat dicts: copying each keeps the cached generation pristine.
-        self.initial = {
-            key: dict(value) if isinstance(value, dict) else value
-            for key, value in generated.items()
-        }
+        self.cluster = LocalCluster(shard_count, registry, schema.partitioner(shard_count))
+        self.initial = _copy(_generated(tuple(warehouses), shard_count, scale, seed).all())
         if edit is not None:
             edit(self.initial)
-        self.cluster.preload(self.initial)
+        initial = loader.InitialRows([{} for _ in range(shard_count)], {})
+        for key, value in self.initial.items():
+            if key[0] in schema.REPLICATED_TABLES:
+                initial.items[key] = value
+            else:
+                initial.by_shard[schema.warehouse_shard(key[1], shard_count)][key] = value
+        load(self.cluster, initial)
 
     def run(self, name: str, w_id: int, *args: Any) -> Any:
         """Runs a TPC-C procedure at its home warehouse's shard."""
         shard = schema.warehouse_shard(w_id, self.shard_count)
         return self.cluster.run(name, w_id, *args, shard=shard)
 
-    def rows(self) -> dict[str, Any]:
+    def rows(self) -> dict[Key, Any]:
         return replica_rows(self.cluster)
 
-    def get(self, key: str) -> Any:
-        return self.cluster.get(key)
-
-    def item_copy(self, w_id: int) -> int:
-        return schema.warehouse_shard(w_id, self.shard_count)
+    def get(self, key: Key) -> Any:
+        return self.cluster.get(pack(key))
 
 
 @pytest.fixture
