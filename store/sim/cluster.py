@@ -285,11 +285,16 @@ class SimCluster:
             server.start()
 
     def preload(self, key: str, value: Any) -> None:
-        """Loads a key on its shard's leader and followers before the cluster serves."""
-        shard = self.partitioner.shard_of(key)
-        self.leaders[shard].preload(key, value)
-        for follower in self.followers[shard]:
-            follower.store.install(key, value, False, EMPTY, 0, 0)
+        """Loads a key on its shard's leader and followers (every shard's, for a replicated
+        table) before the cluster serves."""
+        if self.partitioner.is_replicated(key):
+            shards: Sequence[int] = range(len(self.leaders))
+        else:
+            shards = (self.partitioner.shard_of(key),)
+        for shard in shards:
+            self.leaders[shard].preload(key, value)
+            for follower in self.followers[shard]:
+                follower.store.install(key, value, False, EMPTY, 0, 0)
 
     def server(self, address: str) -> SimServer:
         """The server at ``address`` now (the restarted one, if it crashed and came back)."""

@@ -69,6 +69,9 @@ _GEO = {
         ({"shards": [{"leader": "h:1", "leeder": "h:2"}]}, r"shards\[0\]: unknown key 'leeder'"),
         ({"shards": [{"leader": "h:1"}], "cluster": {"nmae": "x"}}, r"\[cluster\]: unknown key 'nmae'"),
         ({"shards": [{"leader": "h:1"}], "cluster": {"name": 5}}, "cluster.name: expected a non-empty string"),
+        # The bound became one on the whole directory (issue 14): the old key says so.
+        ({"shards": [{"leader": "h:1"}], "cluster": {"log_bytes_max": 1 << 20}},
+         "'log_bytes_max' is now data_bytes_max"),
         ({"shards": [{"leader": "h:1"}], "cluster": {"python_path": ".."}}, "python_path is a list"),
         ({**_GEO, "shards": [{"leader": "h:1", "followers": [{"region": "eu", "adress": "h:2"}]}]},
          r"followers\[0\]: unknown key 'adress'"),

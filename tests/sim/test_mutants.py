@@ -118,7 +118,10 @@ def test_without_the_read_stamps_of_single_shard_transactions(
     monkeypatch.setattr(Participant, "certify_solo", unstamped)
     # The short path of local operation lists stamps what it read in the same step.
     monkeypatch.setattr(Participant, "_stamp_versions", lambda *_: None)
-    kinds = _kinds(SimOptions(regions=3, clients=16, duration_ms=2000), 4)
+    # Seeds 4, 5 and 6 of 4-35 broke so on 2026-12-02 (10 of those 32 did); 0-3, which did
+    # before, no longer do: schedules drift with changes. Search again when this passes.
+    summary = run_many([4, 5, 6], SimOptions(regions=3, clients=16, duration_ms=2000))
+    kinds = summary["seeds_with_anomalies"]
     assert "dependency-uncovered" in kinds, kinds
 
 
