@@ -7,14 +7,15 @@ in three regions: every shard leader in ``us``, a follower of each shard in ``eu
 ``ap``, replication between regions through ``meridian wan-proxy`` at ``--rtt-ms`` round
 trips (``--regions 1``: leaders only). It drives the leaders through the client SDK, or
 uses a running cluster named by ``--connect FILE`` (its cluster file must load
-``bench.tpcc.procedures:register`` and use the prefix partitioner). ``--local`` runs the
+``bench.tpcc.procedures:register``, use the prefix partitioner and replicate ITEM:
+``[placement] replicated = ["item"]``). ``--local`` runs the
 real shard-leader code in this process on a fault-free simulated network
 (``store.sim.local.LocalCluster``): latencies are the simulated cluster's, and throughput
 is what this one Python process achieves. The functions between the "REAL CLUSTER" markers
 below are all that ties the benchmark to a cluster.
 
-The report gives throughput (transactions/s, New-Orders per minute), per-type p50/p99
-latency (certified and committed), the conflict abort rate, the rollback rate
+The report gives throughput (transactions/s, New-Orders per minute), per-type p50, p99,
+p99.9 and maximum latency (certified and committed), the conflict abort rate, the rollback rate
 (rolled-back New-Orders / New-Orders), the measured mix, the cross-shard fraction, the
 twelve consistency conditions after the load and after the run on every replica (the
 leaders through ``tpcc_scan`` transactions, each region's followers through snapshot reads
@@ -44,9 +45,11 @@ elif str(REPO) not in sys.path:
 
 from bench.tpcc import consistency, loader, procedures, replicas, schema  # noqa: E402
 from bench.tpcc.driver import Completed, Driver, DriverConfig, Stats, Target  # noqa: E402
+from bench.tpcc.loader import InitialRows  # noqa: E402
 from bench.tpcc.plot import write_throughput  # noqa: E402
-from bench.tpcc.schema import Scale  # noqa: E402
+from bench.tpcc.schema import Key, Scale  # noqa: E402
 from store.core.errors import Unavailable  # noqa: E402
+from store.core.keys import pack  # noqa: E402
 from store.core.settings import DEFAULT_SETTINGS  # noqa: E402
 
 DEFAULT_SCALE_FACTOR = 10.0
@@ -61,10 +64,10 @@ class Session:
     target: Target
     shard_count: int
 
-    async def load(self, rows_by_shard: list[dict[str, Any]], progress: bool) -> None:
+    async def load(self, initial: InitialRows, progress: bool) -> None:
         raise NotImplementedError
 
-    async def rows(self, warehouses: Sequence[int]) -> dict[str, Any]:
+    async def rows(self, warehouses: Sequence[int]) -> dict[Key, Any]:
         """Every row of the TPC-C tables of ``warehouses`` (nothing else may be running)."""
         raise NotImplementedError
 
@@ -72,7 +75,7 @@ class Session:
         """The replica sets holding every warehouse; the first is the leaders'."""
         return [LEADERS]
 
-    async def replica_rows(self, name: str, warehouses: Sequence[int]) -> dict[str, Any]:
+    async def replica_rows(self, name: str, warehouses: Sequence[int]) -> dict[Key, Any]:
         """``rows`` as the replica set ``name`` holds them."""
         return await self.rows(warehouses)
 
@@ -85,23 +88,26 @@ class Session:
 
 
 class LocalSession(Session):
-    """The in-process cluster: bulk preload, and reads straight from every leader's store."""
+    """The in-process cluster: bulk preload (ITEM through transactions, to every shard), and
+    reads straight from every leader's store."""
 
     def __init__(self, shard_count: int, seed: int) -> None:
         from bench.tpcc.local import SimulatedTarget
-        from store.core.partition import PrefixPartitioner
         from store.core.txn import Procedures
         from store.sim.local import LocalCluster
 
         registry = Procedures()
         procedures.register(registry)
-        self.cluster = LocalCluster(shard_count, registry, PrefixPartitioner(shard_count), seed=seed)
+        self.cluster = LocalCluster(
+            shard_count, registry, schema.partitioner(shard_count), seed=seed
+        )
         self.target = SimulatedTarget(self.cluster)
         self.shard_count = shard_count
 
-    async def load(self, rows_by_shard: list[dict[str, Any]], progress: bool) -> None:
-        for rows in rows_by_shard:
-            self.cluster.preload(rows)
+    async def load(self, initial: InitialRows, progress: bool) -> None:
+        from bench.tpcc.local import load
+
+        load(self.cluster, initial)
         # Preloaded keys start out as garbage-collection candidates; let the first collection
         # (which visits them all) happen now rather than stall the measured run.
         sim = self.cluster.sim
@@ -110,7 +116,7 @@ class LocalSession(Session):
         # them again and again during the run.
         gc.freeze()
 
-    async def rows(self, warehouses: Sequence[int]) -> dict[str, Any]:
+    async def rows(self, warehouses: Sequence[int]) -> dict[Key, Any]:
         from bench.tpcc.local import replica_rows
 
         return replica_rows(self.cluster)
@@ -132,7 +138,7 @@ class ClusterSession(Session):
     def replica_names(self) -> list[str]:
         return [replica.name for replica in self.replicas]
 
-    async def replica_rows(self, name: str, warehouses: Sequence[int]) -> dict[str, Any]:
+    async def replica_rows(self, name: str, warehouses: Sequence[int]) -> dict[Key, Any]:
         replica = next(r for r in self.replicas if r.name == name)
         if replica.region is None:
             return await self.rows(warehouses)
@@ -147,7 +153,9 @@ class ClusterSession(Session):
             if address == leaders[shard.shard]:
                 led.add(shard.shard)
         partitioner = self.config.partitioner()
-        by_leader = [w for w in warehouses if partitioner.shard_of(schema.warehouse_key(w)) in led]
+        by_leader = [
+            w for w in warehouses if partitioner.shard_of(pack(schema.warehouse_key(w))) in led
+        ]
         rows = await self.rows(by_leader) if by_leader else {}
         rest = [w for w in warehouses if w not in by_leader]
         rows.update(await replicas.follower_rows(self.client, rest, replica.region))
@@ -158,10 +166,10 @@ class ClusterSession(Session):
             return None
         return await replicas.wait_caught_up(self.client, self.config, dead=self.dead)
 
-    async def load(self, rows_by_shard: list[dict[str, Any]], progress: bool) -> None:
-        await loader.load_through_transactions(self.target.run, rows_by_shard, progress=progress)
+    async def load(self, initial: InitialRows, progress: bool) -> None:
+        await loader.load_through_transactions(self.target.run, initial, progress=progress)
 
-    async def rows(self, warehouses: Sequence[int]) -> dict[str, Any]:
+    async def rows(self, warehouses: Sequence[int]) -> dict[Key, Any]:
         return await consistency.snapshot(
             self.target.run, warehouses, self.shard_count, page_rows=SNAPSHOT_PAGE_ROWS
         )
@@ -241,7 +249,8 @@ def cluster_file(
     regions: int = DEFAULT_REGIONS,
     rtt_ms: float = DEFAULT_RTT_MS,
 ) -> Path:
-    """A cluster file with the TPC-C procedures and warehouse placement.
+    """A cluster file with the TPC-C procedures and their placement: warehouse w on shard
+    w mod S (the prefix partitioner), ITEM on every shard (``[placement] replicated``).
 
     Shard s's leader is 127.0.0.1:(base_port + s) in ``us``; with 3 regions its followers
     are 127.0.0.2 and 127.0.0.3 on the same port in ``eu`` and ``ap`` (replication on
@@ -250,13 +259,15 @@ def cluster_file(
     names = REGION_NAMES[:regions]
     lines = [
         f"# Written by bench/tpcc.py: {regions} region(s) on loopback, warehouse w on shard"
-        " w mod S.",
+        " w mod S, ITEM on every shard.",
         "[cluster]",
         'name = "tpcc"',
         f"run_dir = {json.dumps(str(directory / 'cluster'))}",
         f"python_path = [{json.dumps(str(REPO))}]",
         f"procedures = [{json.dumps(PROCEDURE_MODULE)}]",
         'partitioner = "prefix"',
+        "[placement]",
+        f"replicated = {json.dumps(list(schema.REPLICATED_TABLES))}",
         "[settings]",
         "peer_retry_ns = 200_000_000",
         "peer_attempts_max = 15",
@@ -303,10 +314,13 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
 
     if args.connect is not None:
         config = config_module.load(args.connect)
-        if config.partitioner_kind != "prefix" or PROCEDURE_MODULE not in config.procedures:
+        if PROCEDURE_MODULE not in config.procedures:
+            raise SystemExit(f'tpcc: {args.connect} needs procedures including "{PROCEDURE_MODULE}"')
+        problem = schema.placement_problem(config.partitioner(), len(config.shards))
+        if problem is not None:
             raise SystemExit(
-                f"tpcc: {args.connect} needs partitioner = \"prefix\" and procedures including"
-                f" \"{PROCEDURE_MODULE}\""
+                f'tpcc: {args.connect} needs partitioner = "prefix" and [placement] replicated'
+                f' = ["item"]: {problem}'
             )
         return config, None
     from store.node.up import ProcessCluster
@@ -477,11 +491,11 @@ async def benchmark(
         session = await connect_cluster(cluster_config, terminals)
     try:
         started = time.monotonic()
-        rows_by_shard = loader.initial_rows(
+        initial = loader.initial_rows(
             warehouses, shard_count, scale, seed=args.seed, workers=args.workers, progress=progress
         )
-        await session.load(rows_by_shard, progress)
-        del rows_by_shard
+        await session.load(initial, progress)
+        del initial
         load_s = time.monotonic() - started
         _log(f"tpcc: loaded {len(warehouses)} warehouses ({scale}) in {load_s:.1f} s")
         load_replicas, load_catch_up = await check_replicas(
@@ -586,14 +600,17 @@ def human_report(report: dict[str, Any]) -> str:
         f"  rollback rate  {report['rollback_rate']:.2%} of New-Orders",
         f"  cross-shard    {report['cross_shard_fraction']:.2%} of transactions",
         "  mix            " + ", ".join(f"{k} {v:.1%}" for k, v in report["mix"].items()),
-        "  latency (ms)   type: certified p50/p99, committed p50/p99",
+        "  latency (ms)   type: certified p50/p99/p99.9/max, committed p50/p99/p99.9/max",
     ]
     for kind, latency in report["latency_ms"].items():
         shown = [
-            "-" if latency[name] is None else f"{latency[name]:.2f}"
-            for name in ("certified_p50", "certified_p99", "committed_p50", "committed_p99")
+            "/".join(
+                "-" if latency[f"{what}_{name}"] is None else f"{latency[f'{what}_{name}']:.2f}"
+                for name in ("p50", "p99", "p999", "max")
+            )
+            for what in ("certified", "committed")
         ]
-        lines.append(f"    {kind:<13} {shown[0]}/{shown[1]}, {shown[2]}/{shown[3]}")
+        lines.append(f"    {kind:<13} {shown[0]}, {shown[1]}")
     lines.append("  consistency    conditions 1-12 after the load / after the run, per replica set")
     for name, conditions in report["consistency_replicas"].items():
         verdicts = []

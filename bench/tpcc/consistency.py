@@ -1,7 +1,8 @@
 """TPC-C consistency conditions 1 to 12 (clause 3.3.2), checked on a snapshot of key/values.
 
-The snapshot is a ``{key: value}`` dict of the TPC-C tables (``snapshot`` reads one through
-the ``tpcc_scan`` procedure; a test may pass a replica's store). Every condition is checked
+The snapshot is a ``{key: value}`` dict of the TPC-C tables, keys as tuples (``snapshot``
+reads one through the ``tpcc_scan`` procedure; a test may pass a replica's store). Money is
+``Decimal``, so every sum is exact. Every condition is checked
 for each warehouse (or district, customer, order) present. Conditions 8 to 10 relate rows
 of different warehouses when payments are remote (HISTORY rows live with the paying
 warehouse, the customer may be another's), so a snapshot should hold every warehouse for
@@ -18,12 +19,13 @@ specification's condition.
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.tpcc import schema
-from bench.tpcc.schema import Scale
+from bench.tpcc.schema import Key, Scale
+from store.core.keys import tuple_of
 
 CONDITIONS = tuple(range(1, 13))
 # Explanations kept per failed condition; a broken run could otherwise print thousands.
@@ -59,7 +61,7 @@ class Report:
 class _Tables:
     """The snapshot's rows grouped by table and by the ids the conditions join on."""
 
-    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+    def __init__(self, snapshot: Mapping[Key, Any]) -> None:
         self.warehouses: dict[int, dict[str, Any]] = {}
         self.districts: dict[tuple[int, int], dict[str, Any]] = {}
         self.customers: dict[tuple[int, int, int], dict[str, Any]] = {}
@@ -70,27 +72,27 @@ class _Tables:
             collections.defaultdict(list)
         )
         for key, value in snapshot.items():
-            table, fields = schema.parse_key(key)
+            table = key[0]
             if table == "warehouse":
-                self.warehouses[int(fields[0])] = value
+                self.warehouses[key[1]] = value
             elif table == "district":
-                self.districts[int(fields[0]), int(fields[1])] = value
+                self.districts[key[1], key[2]] = value
             elif table == "customer":
-                self.customers[int(fields[0]), int(fields[1]), int(fields[2])] = value
+                self.customers[key[1], key[2], key[3]] = value
             elif table == "history":
                 self.history.append(value)
             elif table == "order":
-                self.orders[int(fields[0]), int(fields[1]), int(fields[2])] = value
+                self.orders[key[1], key[2], key[3]] = value
             elif table == "new_order":
-                self.new_orders[int(fields[0]), int(fields[1])].add(int(fields[2]))
+                self.new_orders[key[1], key[2]].add(key[3])
             elif table == "order_line":
-                self.order_lines[int(fields[0]), int(fields[1]), int(fields[2])].append(value)
+                self.order_lines[key[1], key[2], key[3]].append(value)
         self.orders_by_district: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
         for w_id, d_id, o_id in self.orders:
             self.orders_by_district[w_id, d_id].append(o_id)
 
 
-def check(snapshot: Mapping[str, Any], scale: Scale) -> Report:
+def check(snapshot: Mapping[Key, Any], scale: Scale) -> Report:
     """Conditions 1 to 12 on ``snapshot``; ``scale`` gives condition 11's initial count."""
     tables = _Tables(snapshot)
     report = Report({number: True for number in CONDITIONS})
@@ -108,7 +110,7 @@ def check(snapshot: Mapping[str, Any], scale: Scale) -> Report:
 
 
 def _check_ytd(tables: _Tables, report: Report) -> None:
-    d_ytd: dict[int, int] = collections.Counter()
+    d_ytd: dict[int, Any] = collections.Counter()
     for (w_id, _), district in tables.districts.items():
         d_ytd[w_id] += district["d_ytd"]
     for w_id, warehouse in sorted(tables.warehouses.items()):
@@ -176,8 +178,8 @@ def _check_order_lines(tables: _Tables, report: Report) -> None:
 
 def _check_history(tables: _Tables, report: Report) -> None:
     """Conditions 8 and 9: W_YTD and D_YTD equal the HISTORY amounts paid there."""
-    by_warehouse: dict[int, int] = collections.Counter()
-    by_district: dict[tuple[int, int], int] = collections.Counter()
+    by_warehouse: dict[int, Any] = collections.Counter()
+    by_district: dict[tuple[int, int], Any] = collections.Counter()
     for row in tables.history:
         by_warehouse[row["h_w_id"]] += row["h_amount"]
         by_district[row["h_w_id"], row["h_d_id"]] += row["h_amount"]
@@ -197,14 +199,14 @@ def _check_history(tables: _Tables, report: Report) -> None:
 
 def _check_balances(tables: _Tables, report: Report) -> None:
     """Conditions 10 and 12: C_BALANCE against delivered order lines and payments."""
-    delivered: dict[tuple[int, int, int], int] = collections.Counter()
+    delivered: dict[tuple[int, int, int], Any] = collections.Counter()
     for (w_id, d_id, o_id), lines in tables.order_lines.items():
         order = tables.orders.get((w_id, d_id, o_id))
         if order is None:
             continue  # reported under condition 6
         amount = sum(line["ol_amount"] for line in lines if line["ol_delivery_d"] is not None)
         delivered[w_id, d_id, order["o_c_id"]] += amount
-    paid: dict[tuple[int, int, int], int] = collections.Counter()
+    paid: dict[tuple[int, int, int], Any] = collections.Counter()
     for row in tables.history:
         paid[row["h_c_w_id"], row["h_c_d_id"], row["h_c_id"]] += row["h_amount"]
     for ids, customer in sorted(tables.customers.items()):
@@ -248,7 +250,7 @@ Run = Callable[..., Awaitable[Any]]
 
 async def snapshot(
     run: Run, warehouses: Iterable[int], shard_count: int, page_rows: int = 5000
-) -> dict[str, Any]:
+) -> dict[Key, Any]:
     """Reads every TPC-C table of ``warehouses`` through ``tpcc_scan`` pages.
 
     Each page is its own transaction, so the result is a consistent snapshot only when no
@@ -256,19 +258,18 @@ async def snapshot(
     ``run(name, *args, shard=s)`` must accept the shard to submit to, so each page is read
     where it lives.
     """
-    rows: dict[str, Any] = {}
+    rows: dict[Key, Any] = {}
     for w_id in warehouses:
         shard = schema.warehouse_shard(w_id, shard_count)
         for table in schema.WAREHOUSE_TABLES:
             lo, hi = schema.table_range(table, w_id)
             while True:
                 page = await run("tpcc_scan", lo, hi, page_rows, shard=shard)
-                rows.update((key, value) for key, value in page)
-                if len(page) < page_rows:
+                # A procedure's tuples arrive as arrays.
+                found = [(tuple_of(key), value) for key, value in page]
+                rows.update(found)
+                if len(found) < page_rows:
                     break
-                lo = page[-1][0] + "\x00"  # the least key after the page's last
+                lo = schema.stored_after(found[-1][0])
     return rows
 
-
-def warehouses_in(snapshot_rows: Mapping[str, Any]) -> Sequence[int]:
-    return sorted(int(key.split("/")[1]) for key in snapshot_rows if key.startswith("warehouse/"))

@@ -25,6 +25,7 @@ Accounting:
 from __future__ import annotations
 
 import asyncio
+import datetime
 import math
 import random
 import time
@@ -127,7 +128,7 @@ class Inputs:
             )
         return rand.customer_id(self.rng, self.constants, self.scale.customers_per_district), None
 
-    def make(self, kind: str, date: int) -> Request:
+    def make(self, kind: str, date: datetime.datetime) -> Request:
         home = self.shard_of(self.w_id)
         if kind == "new_order":
             return self.new_order(date)
@@ -141,7 +142,7 @@ class Inputs:
         assert kind == "stock_level", kind
         return Request(kind, (self.w_id, self.d_id, self.rng.randint(10, 20)), home, False)
 
-    def new_order(self, date: int) -> Request:
+    def new_order(self, date: datetime.datetime) -> Request:
         rng = self.rng
         d_id = self._district()
         c_id = rand.customer_id(rng, self.constants, self.scale.customers_per_district)
@@ -158,17 +159,17 @@ class Inputs:
             lines.append([i_id, supply_w_id, rng.randint(1, 10)])
         home = self.shard_of(self.w_id)
         cross = any(self.shard_of(w) != home for _, w, _ in lines)
-        args = (self.w_id, d_id, c_id, lines, date, home)
+        args = (self.w_id, d_id, c_id, lines, date)
         return Request("new_order", args, home, cross, rollback)
 
-    def payment(self, date: int) -> Request:
+    def payment(self, date: datetime.datetime) -> Request:
         rng = self.rng
         d_id = self._district()
         c_w_id, c_d_id = self.w_id, d_id
         if len(self.warehouses) > 1 and rng.randint(1, 100) <= REMOTE_PAYMENT_PERCENT:
             c_w_id, c_d_id = self._remote_warehouse(), self._district()
         c_id, c_last = self._customer()
-        h_amount = rng.randint(100, 500_000)
+        h_amount = loader.money(rng.randint(100, 500_000))
         self._history_seq += 1
         history_id = f"{self.history_prefix}-{self._history_seq}"
         home = self.shard_of(self.w_id)
@@ -259,12 +260,13 @@ def percentile(values: list[float], fraction: float) -> float | None:
 
 
 def _latency_summary(stats: TypeStats) -> dict[str, float | None]:
+    """p50, p99, p99.9 and the maximum (of the latencies kept), certified and committed."""
     summary: dict[str, float | None] = {}
     for what, values in (
         ("certified", stats.certified_latencies_s),
         ("committed", stats.committed_latencies_s),
     ):
-        for name, fraction in (("p50", 0.50), ("p99", 0.99)):
+        for name, fraction in (("p50", 0.50), ("p99", 0.99), ("p999", 0.999), ("max", 1.0)):
             value = percentile(values, fraction)
             summary[f"{what}_{name}"] = None if value is None else round(value * 1000, 3)
     return summary
@@ -348,8 +350,9 @@ class Driver:
             second += 1
             self.on_second(second, self.stats)
 
-    def _date(self) -> int:
-        return loader.LOAD_DATE + 1 + int(self.clock() - self._start)
+    def _date(self) -> datetime.datetime:
+        """The run's dates start a second after the load's and advance with ``clock``."""
+        return loader.LOAD_DATE + datetime.timedelta(seconds=1 + self.clock() - self._start)
 
     async def _terminal(self, inputs: Inputs) -> None:
         limit = self.config.transactions_per_terminal

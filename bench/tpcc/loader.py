@@ -1,11 +1,13 @@
 """The initial TPC-C database (clause 4.3.3.1), generated per warehouse from a seed.
 
-``warehouse_rows(w_id, ...)`` returns every row of one warehouse (its nine tables' rows and
-the three index tables' entries) and ``item_rows(copy, ...)`` one copy of ITEM. The rows of
-a warehouse depend only on (seed, w_id), so warehouses are generated in parallel by worker
-processes and any subset can be regenerated identically. ``initial_rows`` groups them per
-shard for ``LocalCluster.preload``; ``load_through_transactions`` writes them through the
-``tpcc_load`` procedure in batches that each stay on one shard, for a real cluster.
+``warehouse_rows(w_id, ...)`` returns every row of one warehouse (its eight tables' rows
+and the two index tables' entries) and ``item_rows(...)`` the one ITEM table. Keys are the
+tuples of ``schema``. The rows of a warehouse depend only on (seed, w_id), so warehouses
+are generated in parallel by worker processes and any subset can be regenerated
+identically. ``initial_rows`` groups them per shard, with ITEM apart (it is on every
+shard); ``load_through_transactions`` writes them through the ``tpcc_load`` procedure in
+batches that each stay on one shard (an ITEM batch is certified on all of them), and
+``bench.tpcc.local.load`` preloads an in-process cluster.
 
 Sizes follow a ``Scale``: the full specification, or shrunk like py-tpcc's ``--scalefactor``.
 To keep consistency conditions 8 and 9 (W_YTD and D_YTD equal the sum of HISTORY amounts)
@@ -16,20 +18,24 @@ fixed 30,000.00 (which is the same at full scale).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from bench.tpcc import rand, schema
-from bench.tpcc.schema import DISTRICTS_PER_WAREHOUSE, Scale
+from bench.tpcc.schema import DISTRICTS_PER_WAREHOUSE, Key, Scale
+from store.core.keys import pack
 
 # A fixed load date keeps a seed's database identical between runs; the driver passes later
 # dates to the transactions.
-LOAD_DATE = 1_800_000_000  # seconds since the epoch
-HISTORY_AMOUNT_CENTS = 1000  # H_AMOUNT of the initial HISTORY rows: 10.00
-YTD_CENTS_PER_CUSTOMER = HISTORY_AMOUNT_CENTS
-CREDIT_LIMIT_CENTS = 5_000_000
+LOAD_DATE = datetime.datetime(2027, 1, 15, 8, 0, tzinfo=datetime.UTC)
+HISTORY_AMOUNT = Decimal("10.00")  # H_AMOUNT of the initial HISTORY rows
+YTD_PER_CUSTOMER = HISTORY_AMOUNT
+CREDIT_LIMIT = Decimal("50000.00")
 # Batches written by one tpcc_load transaction (each stays on one shard): the number of rows
 # and the approximate encoded bytes, both well under the core's per-transaction limits.
 LOAD_BATCH_ROWS_MAX = 500
@@ -51,34 +57,44 @@ def _address(rng: random.Random, prefix: str) -> dict[str, str]:
     }
 
 
-def item_rows(copy: int, scale: Scale, seed: int) -> dict[str, Any]:
-    """One copy of ITEM; every copy has the same rows (the rng depends on the seed only)."""
+def money(cents: int) -> Decimal:
+    """An amount of money: ``cents`` hundredths, two places kept (``money(0)`` is 0.00)."""
+    return Decimal(cents).scaleb(-2)
+
+
+def rate(basis_points: int) -> Decimal:
+    """A tax or discount rate: ``basis_points`` ten-thousandths, four places kept."""
+    return Decimal(basis_points).scaleb(-4)
+
+
+def item_rows(scale: Scale, seed: int) -> dict[Key, Any]:
+    """The ITEM table (one copy: the table is replicated to every shard)."""
     rng = random.Random(f"tpcc-items/{seed}")
-    rows: dict[str, Any] = {}
+    rows: dict[Key, Any] = {}
     for i_id in range(1, scale.items + 1):
-        rows[schema.item_key(copy, i_id)] = {
+        rows[schema.item_key(i_id)] = {
             "i_id": i_id,
             "i_im_id": rng.randint(1, 10_000),
             "i_name": rand.a_string(rng, 14, 24),
-            "i_price": rng.randint(100, 10_000),
+            "i_price": money(rng.randint(100, 10_000)),
             "i_data": rand.data_field(rng, 26, 50),
         }
     return rows
 
 
-def warehouse_rows(w_id: int, scale: Scale, seed: int) -> dict[str, Any]:
+def warehouse_rows(w_id: int, scale: Scale, seed: int) -> dict[Key, Any]:
     """Every row of warehouse ``w_id``: WAREHOUSE, STOCK, DISTRICT, CUSTOMER, HISTORY, ORDER,
     NEW-ORDER, ORDER-LINE and the index entries."""
     rng = random.Random(f"tpcc-warehouse/{seed}/{w_id}")
     constants = constants_for_seed(seed)
     customers = scale.customers_per_district
-    rows: dict[str, Any] = {}
+    rows: dict[Key, Any] = {}
     rows[schema.warehouse_key(w_id)] = {
         "w_id": w_id,
         "w_name": rand.a_string(rng, 6, 10),
         **_address(rng, "w"),
-        "w_tax": rng.randint(0, 2000),
-        "w_ytd": DISTRICTS_PER_WAREHOUSE * customers * YTD_CENTS_PER_CUSTOMER,
+        "w_tax": rate(rng.randint(0, 2000)),
+        "w_ytd": DISTRICTS_PER_WAREHOUSE * customers * YTD_PER_CUSTOMER,
     }
     for i_id in range(1, scale.items + 1):
         stock: dict[str, Any] = {"s_i_id": i_id, "s_w_id": w_id, "s_quantity": rng.randint(10, 100)}
@@ -95,16 +111,16 @@ def warehouse_rows(w_id: int, scale: Scale, seed: int) -> dict[str, Any]:
 
 def _district_rows(
     rng: random.Random, constants: rand.NURandConstants, w_id: int, d_id: int, scale: Scale
-) -> dict[str, Any]:
+) -> dict[Key, Any]:
     customers = scale.customers_per_district
-    rows: dict[str, Any] = {}
+    rows: dict[Key, Any] = {}
     rows[schema.district_key(w_id, d_id)] = {
         "d_id": d_id,
         "d_w_id": w_id,
         "d_name": rand.a_string(rng, 6, 10),
         **_address(rng, "d"),
-        "d_tax": rng.randint(0, 2000),
-        "d_ytd": customers * YTD_CENTS_PER_CUSTOMER,
+        "d_tax": rate(rng.randint(0, 2000)),
+        "d_ytd": customers * YTD_PER_CUSTOMER,
         "d_next_o_id": scale.orders_per_district + 1,
     }
     name_bound = rand.last_name_bound(customers)
@@ -125,15 +141,15 @@ def _district_rows(
             "c_phone": rand.n_string(rng, 16, 16),
             "c_since": LOAD_DATE,
             "c_credit": "BC" if rng.random() < 0.10 else "GC",
-            "c_credit_lim": CREDIT_LIMIT_CENTS,
-            "c_discount": rng.randint(0, 5000),
-            "c_balance": -HISTORY_AMOUNT_CENTS,
-            "c_ytd_payment": HISTORY_AMOUNT_CENTS,
+            "c_credit_lim": CREDIT_LIMIT,
+            "c_discount": rate(rng.randint(0, 5000)),
+            "c_balance": -HISTORY_AMOUNT,
+            "c_ytd_payment": HISTORY_AMOUNT,
             "c_payment_cnt": 1,
             "c_delivery_cnt": 0,
             "c_data": rand.a_string(rng, 300, 500),
         }
-        rows[schema.customer_name_key(w_id, d_id, c_last, c_first, c_id)] = c_id
+        rows[schema.customer_name_key(w_id, d_id, c_last, c_first, c_id)] = None
         rows[schema.history_key(w_id, d_id, f"load-{c_id:05d}")] = {
             "h_c_id": c_id,
             "h_c_d_id": d_id,
@@ -141,7 +157,7 @@ def _district_rows(
             "h_d_id": d_id,
             "h_w_id": w_id,
             "h_date": LOAD_DATE,
-            "h_amount": HISTORY_AMOUNT_CENTS,
+            "h_amount": HISTORY_AMOUNT,
             "h_data": rand.a_string(rng, 12, 24),
         }
     order_customers = list(range(1, customers + 1))
@@ -160,7 +176,7 @@ def _district_rows(
             "o_ol_cnt": ol_cnt,
             "o_all_local": 1,
         }
-        rows[schema.customer_order_key(w_id, d_id, c_id)] = o_id
+        rows[schema.order_by_customer_key(w_id, d_id, c_id, o_id)] = None
         if not delivered:
             rows[schema.new_order_key(w_id, d_id, o_id)] = {"no_o_id": o_id}
         for number in range(1, ol_cnt + 1):
@@ -173,17 +189,31 @@ def _district_rows(
                 "ol_supply_w_id": w_id,
                 "ol_delivery_d": LOAD_DATE if delivered else None,
                 "ol_quantity": 5,
-                "ol_amount": 0 if delivered else rng.randint(1, 999_999),
+                "ol_amount": money(0 if delivered else rng.randint(1, 999_999)),
                 "ol_dist_info": rand.a_string(rng, 24, 24),
             }
-    rows[schema.oldest_new_order_key(w_id, d_id)] = delivered_max + 1
     return rows
 
 
-def _generate(job: tuple[str, int, Scale, int]) -> tuple[str, int, dict[str, Any]]:
+@dataclass
+class InitialRows:
+    """The initial database: each shard's warehouse rows, and ITEM, which is on every shard."""
+
+    by_shard: list[dict[Key, Any]]
+    items: dict[Key, Any]
+
+    def all(self) -> dict[Key, Any]:
+        """Every row once (what each shard holds, ITEM being on all of them)."""
+        rows = dict(self.items)
+        for shard_rows in self.by_shard:
+            rows.update(shard_rows)
+        return rows
+
+
+def _generate(job: tuple[str, int, Scale, int]) -> tuple[str, int, dict[Key, Any]]:
     kind, ident, scale, seed = job
     if kind == "items":
-        return kind, ident, item_rows(ident, scale, seed)
+        return kind, ident, item_rows(scale, seed)
     return kind, ident, warehouse_rows(ident, scale, seed)
 
 
@@ -194,17 +224,17 @@ def initial_rows(
     seed: int = 0,
     workers: int = 1,
     progress: bool = False,
-) -> list[dict[str, Any]]:
-    """The initial database as one {key: value} dict per shard (for bulk preload).
+) -> InitialRows:
+    """The initial database: one {key: value} dict per shard, and ITEM.
 
-    Warehouse w goes to shard w mod ``shard_count``; every shard gets its own ITEM copy.
-    ``workers`` > 1 generates warehouses in that many processes; ``progress`` shows a tqdm
-    bar of warehouses (and item copies) generated.
+    Warehouse w goes to shard w mod ``shard_count``. ``workers`` > 1 generates warehouses
+    in that many processes; ``progress`` shows a tqdm bar of warehouses (and ITEM)
+    generated.
     """
-    jobs = [("items", shard, scale, seed) for shard in range(shard_count)]
+    jobs = [("items", 0, scale, seed)]
     jobs += [("warehouse", w_id, scale, seed) for w_id in warehouses]
-    by_shard: list[dict[str, Any]] = [{} for _ in range(shard_count)]
-    results: Iterable[tuple[str, int, dict[str, Any]]]
+    initial = InitialRows([{} for _ in range(shard_count)], {})
+    results: Iterable[tuple[str, int, dict[Key, Any]]]
     if workers > 1:
         pool = ProcessPoolExecutor(max_workers=workers)
         results = pool.map(_generate, jobs)
@@ -213,12 +243,14 @@ def initial_rows(
         results = map(_generate, jobs)
     try:
         for kind, ident, rows in _with_progress(results, len(jobs), progress, "generate"):
-            shard = ident if kind == "items" else schema.warehouse_shard(ident, shard_count)
-            by_shard[shard].update(rows)
+            if kind == "items":
+                initial.items = rows
+            else:
+                initial.by_shard[schema.warehouse_shard(ident, shard_count)].update(rows)
     finally:
         if pool is not None:
             pool.shutdown()
-    return by_shard
+    return initial
 
 
 def _with_progress(items: Iterable[Any], total: int, progress: bool, what: str) -> Iterable[Any]:
@@ -230,15 +262,16 @@ def _with_progress(items: Iterable[Any], total: int, progress: bool, what: str) 
     return bar
 
 
-def load_batches(rows: dict[str, Any]) -> list[list[list[Any]]]:
-    """Splits one shard's rows into ``tpcc_load`` argument lists within the batch limits."""
+def load_batches(rows: dict[Key, Any]) -> list[list[list[Any]]]:
+    """Splits one shard's rows into ``tpcc_load`` argument lists within the batch limits,
+    in key order."""
     from store.core.txn import value_size
 
     batches: list[list[list[Any]]] = []
     batch: list[list[Any]] = []
     batch_bytes = 0
-    for key, value in sorted(rows.items()):
-        size = len(key) + value_size(value)
+    for stored, key, value in sorted((pack(key), key, value) for key, value in rows.items()):
+        size = len(stored) + value_size(value)
         if batch and (len(batch) >= LOAD_BATCH_ROWS_MAX or batch_bytes + size > LOAD_BATCH_BYTES_MAX):
             batches.append(batch)
             batch, batch_bytes = [], 0
@@ -251,19 +284,21 @@ def load_batches(rows: dict[str, Any]) -> list[list[list[Any]]]:
 
 async def load_through_transactions(
     run: Callable[..., Awaitable[Any]],
-    rows_by_shard: Sequence[dict[str, Any]],
+    initial: InitialRows,
     concurrency: int = 8,
     progress: bool = False,
 ) -> int:
     """Writes the initial rows through ``tpcc_load`` transactions; returns the rows written.
 
     ``run(name, *args, shard=s)`` runs a procedure with shard s's leader as coordinator, so
-    each batch is written where it lives. Batches are independent (they write disjoint
-    keys), so ``concurrency`` of them run at once.
+    each batch is written where it lives; ITEM's batches are coordinated by shard 0 and
+    certified on every shard. Batches are independent (they write disjoint keys), so
+    ``concurrency`` of them run at once.
     """
-    batches = [
+    batches = [(0, batch) for batch in load_batches(initial.items)]
+    batches += [
         (shard, batch)
-        for shard, rows in enumerate(rows_by_shard)
+        for shard, rows in enumerate(initial.by_shard)
         for batch in load_batches(rows)
     ]
     bar = None

@@ -15,8 +15,11 @@ import asyncio
 from typing import Any
 
 from bench.tpcc.driver import Completed
+from bench.tpcc.loader import InitialRows, load_batches
+from bench.tpcc.schema import Key
 from store.client.protocol import TxnResult
 from store.core.errors import MeridianError
+from store.core.keys import pack, unpack
 from store.sim.local import LocalCluster
 from store.sim.network import MS, US
 
@@ -73,17 +76,29 @@ class SimulatedTarget:
         return (await self.run_detailed(name, *args, shard=shard)).result
 
 
-def replica_rows(cluster: LocalCluster) -> dict[str, Any]:
-    """Every visible key/value held by the cluster's shard leaders, read from their stores.
+def load(cluster: LocalCluster, initial: InitialRows) -> None:
+    """Puts the initial database in the cluster before it serves: each warehouse's rows
+    preloaded on its shard, and ITEM through ``tpcc_load`` transactions, whose writes are
+    certified and installed on every shard (``LocalCluster.preload`` would put each ITEM
+    row on one shard only: it does not know replicated tables)."""
+    for rows in initial.by_shard:
+        cluster.preload({pack(key): value for key, value in rows.items()})
+    for batch in load_batches(initial.items):
+        cluster.run("tpcc_load", batch)
+
+
+def replica_rows(cluster: LocalCluster) -> dict[Key, Any]:
+    """Every visible key/value held by the cluster's shard leaders, read from their stores,
+    keyed by the tuples (ITEM, on every leader, once).
 
     The in-process cluster has one replica per shard, so this is the data of "every replica
     that holds it"; use it when nothing runs (it reads the latest certified versions).
     """
-    rows: dict[str, Any] = {}
+    rows: dict[Key, Any] = {}
     for shard in range(len(cluster.leaders)):
         store = cluster.replica(shard).store
         for key in store.all_keys():
             version = store.latest(key)
             if version is not None and not version.deleted:
-                rows[key] = version.value
+                rows[unpack(key)] = version.value
     return rows

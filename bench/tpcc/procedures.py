@@ -1,41 +1,45 @@
 """The five TPC-C transactions (rev. 5.11 clause 2) as Meridian one-shot procedures.
 
 Each procedure gets every input the terminal generated (clause 2.x.1) as arguments, reads
-what it needs in as few rounds as its data dependencies allow (``tx.get_many`` reads keys
-of several shards in one round), and buffers its writes; Meridian certifies it as one
-transaction. Dates are arguments (procedures read no clock), as are ids a SQL database
-would invent (HISTORY's row id), so a procedure is a pure function of the database and
-its arguments.
+what it needs in as few rounds as its data dependencies allow (``tx.read_many`` reads keys
+and ranges of several shards in one round), and buffers its writes; Meridian certifies it
+as one transaction. Dates are arguments (procedures read no clock), as are ids a SQL
+database would invent (HISTORY's row id), so a procedure is a pure function of the
+database and its arguments. Keys are the tuples of ``schema``; no procedure keeps a
+pointer to "the latest" or "the oldest" row, it scans for it.
 
 Rounds per transaction (a round reads from every shard involved in parallel):
 
-* New-Order: 1 (warehouse, district, customer, items, stocks, all known up front).
+* New-Order: 1 (warehouse, district, customer, items, stocks, all known up front; ITEM is
+  replicated, so it is read on the home shard).
 * Payment: 1 by customer id; 2 by last name (the name index scan first).
-* Order-Status: 3 by id (customer and latest-order index; the order; its lines), 4 by name.
-* Delivery: 3 (oldest-new-order index of the ten districts; their NEW-ORDER and ORDER rows;
-  order lines and customers).
+* Order-Status: 2 by id (the customer with a reverse scan of its orders, newest first;
+  then the order with a scan of its lines), 3 by name.
+* Delivery: 3 (the first NEW-ORDER key of each of the ten districts; their ORDER rows with
+  a scan of each order's lines; the customers), each round one ``read_many``.
 * Stock-Level: 3 (district; order lines of the last 20 orders; their stocks).
 
 Procedure names and arguments (what a client passes to ``run``):
 
-* ``tpcc_new_order(w_id, d_id, c_id, lines, entry_d, item_copy)``: ``lines`` is a list of
-  ``[i_id, supply_w_id, quantity]``; ``item_copy`` is the ITEM copy on the home warehouse's
-  shard (w_id mod shard count). Rolls back with ``tx.abort`` on an unused item id.
+* ``tpcc_new_order(w_id, d_id, c_id, lines, entry_d)``: ``lines`` is a list of
+  ``[i_id, supply_w_id, quantity]``. Rolls back with ``tx.abort`` on an unused item id.
 * ``tpcc_payment(w_id, d_id, c_w_id, c_d_id, c_id, c_last, h_amount, h_date, history_id)``:
-  exactly one of ``c_id`` and ``c_last`` is not None; ``h_amount`` in cents.
+  exactly one of ``c_id`` and ``c_last`` is not None; ``h_amount`` a ``Decimal``.
 * ``tpcc_order_status(w_id, d_id, c_id, c_last)``.
 * ``tpcc_delivery(w_id, o_carrier_id, delivery_d)``.
 * ``tpcc_stock_level(w_id, d_id, threshold)``.
 * ``tpcc_load(rows)``: puts ``[[key, value], ...]`` (the loader's batches).
-* ``tpcc_scan(lo, hi, limit)``: one page of a table range, for consistency snapshots.
+* ``tpcc_scan(lo, hi, limit)``: one page of a stored key range, for consistency snapshots.
 """
 
 from __future__ import annotations
 
+import datetime
+from decimal import Decimal
 from typing import Any
 
 from bench.tpcc import schema
-from store.core.txn import Procedure, Procedures
+from store.core.txn import Procedure, Procedures, Range
 
 C_DATA_LENGTH_MAX = 500  # clause 2.5.2.2: C_DATA keeps its first 500 characters
 STOCK_LEVEL_ORDERS = 20  # clause 2.8.2.2: the last 20 orders of the district
@@ -44,19 +48,18 @@ ORDER_LINES_MAX = 15
 SCAN_PAGE_MAX = 10_000
 # Customers with one last name in one district: about 3 at full scale; a generous limit.
 CUSTOMERS_PER_NAME_MAX = 1000
-
-
-def _middle(entries: list[tuple[str, Any]]) -> Any:
-    """Clause 2.5.2.2: of n rows sorted by C_FIRST, the one at position ceil(n / 2)."""
-    return entries[(len(entries) - 1) // 2][1]
+CENT = Decimal("0.01")
 
 
 async def _customer_id_by_name(tx: Any, w_id: int, d_id: int, c_last: str) -> int:
-    lo, hi = schema.customer_name_range(w_id, d_id, c_last)
-    entries = await tx.scan(lo, hi, CUSTOMERS_PER_NAME_MAX)
+    """Clause 2.5.2.2: of the n customers with the last name, sorted by C_FIRST, the one at
+    position ceil(n / 2); the index keys end with C_ID."""
+    (_, (entries,)) = await tx.read_many(scans=[Range.prefix(
+        schema.customer_name_prefix(w_id, d_id, c_last), CUSTOMERS_PER_NAME_MAX, keys_only=True,
+    )])
     if not entries:
         tx.abort(f"no customer named {c_last} in warehouse {w_id} district {d_id}")
-    c_id: int = _middle(entries)
+    c_id: int = entries[(len(entries) - 1) // 2][-1]
     return c_id
 
 
@@ -66,8 +69,7 @@ async def new_order(
     d_id: int,
     c_id: int,
     lines: list[list[int]],
-    entry_d: int,
-    item_copy: int,
+    entry_d: datetime.datetime,
 ) -> dict[str, Any]:
     """Clause 2.4.2: enter an order of 5 to 15 lines and take the items from stock."""
     assert 1 <= len(lines) <= ORDER_LINES_MAX, "an order has 5 to 15 lines (clause 2.4.1.3)"
@@ -76,7 +78,7 @@ async def new_order(
         schema.district_key(w_id, d_id),
         schema.customer_key(w_id, d_id, c_id),
     )
-    item_keys = [schema.item_key(item_copy, i_id) for i_id, _, _ in lines]
+    item_keys = [schema.item_key(i_id) for i_id, _, _ in lines]
     stock_keys = [schema.stock_key(supply_w_id, i_id) for i_id, supply_w_id, _ in lines]
     values = await tx.get_many([warehouse, district, customer, *item_keys, *stock_keys])
     w_row, d_row, c_row = values[0], values[1], values[2]
@@ -105,10 +107,10 @@ async def new_order(
         },
     )
     tx.put(schema.new_order_key(w_id, d_id, o_id), {"no_o_id": o_id})
-    tx.put(schema.customer_order_key(w_id, d_id, c_id), o_id)
+    tx.put(schema.order_by_customer_key(w_id, d_id, c_id, o_id), None)
 
     dist_info_field = f"s_dist_{d_id:02d}"
-    amount_cents = 0
+    amount = Decimal("0.00")
     shown_lines = []
     for number, ((i_id, supply_w_id, quantity), item) in enumerate(
         zip(lines, items, strict=True), start=1
@@ -132,7 +134,7 @@ async def new_order(
         stocks[key] = stock
         tx.put(key, stock)
         ol_amount = quantity * item["i_price"]
-        amount_cents += ol_amount
+        amount += ol_amount
         original = "ORIGINAL" in item["i_data"] and "ORIGINAL" in stock["s_data"]
         tx.put(
             schema.order_line_key(w_id, d_id, o_id, number),
@@ -153,12 +155,7 @@ async def new_order(
             [supply_w_id, i_id, item["i_name"], quantity, s_quantity,
              "B" if original else "G", item["i_price"], ol_amount]
         )
-    total_cents = (
-        amount_cents
-        * (10_000 - c_row["c_discount"])
-        * (10_000 + w_row["w_tax"] + d_row["d_tax"])
-        / 10_000**2
-    )
+    total = amount * (1 - c_row["c_discount"]) * (1 + w_row["w_tax"] + d_row["d_tax"])
     return {
         "o_id": o_id,
         "o_ol_cnt": len(lines),
@@ -167,7 +164,7 @@ async def new_order(
         "c_discount": c_row["c_discount"],
         "w_tax": w_row["w_tax"],
         "d_tax": d_row["d_tax"],
-        "total_amount_cents": total_cents,
+        "total_amount": total.quantize(CENT),
         "lines": shown_lines,
     }
 
@@ -180,8 +177,8 @@ async def payment(
     c_d_id: int,
     c_id: int | None,
     c_last: str | None,
-    h_amount: int,
-    h_date: int,
+    h_amount: Decimal,
+    h_date: datetime.datetime,
     history_id: str,
 ) -> dict[str, Any]:
     """Clause 2.5.2: record a customer's payment in warehouse, district, customer and history."""
@@ -205,7 +202,7 @@ async def payment(
         "c_payment_cnt": c_row["c_payment_cnt"] + 1,
     }
     if c_row["c_credit"] == "BC":
-        entry = f"{c_id} {c_d_id} {c_w_id} {d_id} {w_id} {h_amount / 100:.2f}|"
+        entry = f"{c_id} {c_d_id} {c_w_id} {d_id} {w_id} {h_amount}|"
         c_row["c_data"] = (entry + c_row["c_data"])[:C_DATA_LENGTH_MAX]
     tx.put(customer, c_row)
     tx.put(
@@ -236,13 +233,19 @@ _CUSTOMER_SHOWN = (
 async def order_status(
     tx: Any, w_id: int, d_id: int, c_id: int | None, c_last: str | None
 ) -> dict[str, Any]:
-    """Clause 2.6.2: a customer's balance and their latest order with its lines (read-only)."""
+    """Clause 2.6.2: a customer's balance and their latest order with its lines (read-only).
+
+    The latest order is the last key of the customer's ``order_by_customer`` entries: a
+    reverse scan of one key, read with the customer row."""
     assert (c_id is None) != (c_last is None), "select the customer by id or by last name"
     if c_id is None:
         assert c_last is not None
         c_id = await _customer_id_by_name(tx, w_id, d_id, c_last)
-    c_row, o_id = await tx.get_many(
-        [schema.customer_key(w_id, d_id, c_id), schema.customer_order_key(w_id, d_id, c_id)]
+    (c_row,), (newest,) = await tx.read_many(
+        gets=[schema.customer_key(w_id, d_id, c_id)],
+        scans=[Range.prefix(
+            schema.customer_orders_prefix(w_id, d_id, c_id), 1, reverse=True, keys_only=True
+        )],
     )
     if c_row is None:
         tx.abort(f"no customer {c_id} in warehouse {w_id} district {d_id}")
@@ -255,78 +258,76 @@ async def order_status(
         "order": None,
         "lines": [],
     }
-    if o_id is None:
+    if not newest:
         return result  # a customer with no order yet (not in the initial database)
-    order = await tx.get(schema.order_key(w_id, d_id, o_id))
-    assert order is not None, f"the latest-order index names a missing order {o_id}"
+    o_id = newest[0][-1]
+    (order,), (line_rows,) = await tx.read_many(
+        gets=[schema.order_key(w_id, d_id, o_id)],
+        scans=[Range.prefix(schema.order_lines_prefix(w_id, d_id, o_id), ORDER_LINES_MAX)],
+    )
+    assert order is not None, f"the customer index names a missing order {o_id}"
     result["order"] = {
         "o_id": o_id,
         "o_entry_d": order["o_entry_d"],
         "o_carrier_id": order["o_carrier_id"],
     }
-    line_rows = await tx.get_many(
-        [schema.order_line_key(w_id, d_id, o_id, n) for n in range(1, order["o_ol_cnt"] + 1)]
-    )
     result["lines"] = [
         [line["ol_supply_w_id"], line["ol_i_id"], line["ol_quantity"], line["ol_amount"],
          line["ol_delivery_d"]]
-        for line in line_rows
+        for _, line in line_rows
     ]
     return result
 
 
-async def delivery(tx: Any, w_id: int, o_carrier_id: int, delivery_d: int) -> dict[str, Any]:
+async def delivery(
+    tx: Any, w_id: int, o_carrier_id: int, delivery_d: datetime.datetime
+) -> dict[str, Any]:
     """Clause 2.7.4: deliver the oldest undelivered order of each of the ten districts.
 
     A district with no undelivered order is skipped (clause 2.7.4.2) and reported in the
-    result, as the specification asks the deferred execution to record it.
+    result, as the specification asks the deferred execution to record it. Each of the
+    three rounds reads all ten districts at once.
     """
     districts = range(1, schema.DISTRICTS_PER_WAREHOUSE + 1)
-    oldest_keys = [schema.oldest_new_order_key(w_id, d_id) for d_id in districts]
-    oldest = await tx.get_many(oldest_keys)
-    assert all(o_id is not None for o_id in oldest), "the oldest-new-order index is missing"
-    candidate_keys = []
-    for d_id, o_id in zip(districts, oldest, strict=True):
-        candidate_keys += [schema.new_order_key(w_id, d_id, o_id), schema.order_key(w_id, d_id, o_id)]
-    candidates = await tx.get_many(candidate_keys)
-    to_deliver = []  # (d_id, o_id, order row)
-    skipped = []
-    for index, (d_id, o_id) in enumerate(zip(districts, oldest, strict=True)):
-        new_order_row, order = candidates[2 * index], candidates[2 * index + 1]
-        if new_order_row is None:
-            skipped.append(d_id)
-            continue
-        assert order is not None, f"new order {w_id}/{d_id}/{o_id} has no ORDER row"
-        to_deliver.append((d_id, o_id, order))
+    _, oldest = await tx.read_many(scans=[
+        Range.prefix(schema.new_orders_prefix(w_id, d_id), 1, keys_only=True)
+        for d_id in districts
+    ])
+    skipped = [d_id for d_id, found in zip(districts, oldest, strict=True) if not found]
+    to_deliver = [(key[2], key[3]) for found in oldest for key in found]  # (d_id, o_id)
     if not to_deliver:
         return {"delivered": [], "skipped": skipped}
-    keys = []
-    for d_id, o_id, order in to_deliver:
-        keys.append(schema.customer_key(w_id, d_id, order["o_c_id"]))
-        keys += [schema.order_line_key(w_id, d_id, o_id, n) for n in range(1, order["o_ol_cnt"] + 1)]
-    rows = iter(await tx.get_many(keys))
+    orders, lines_of = await tx.read_many(
+        gets=[schema.order_key(w_id, d_id, o_id) for d_id, o_id in to_deliver],
+        scans=[
+            Range.prefix(schema.order_lines_prefix(w_id, d_id, o_id), ORDER_LINES_MAX)
+            for d_id, o_id in to_deliver
+        ],
+    )
+    for (d_id, o_id), order in zip(to_deliver, orders, strict=True):
+        assert order is not None, f"new order {w_id}/{d_id}/{o_id} has no ORDER row"
+    customer_keys = [
+        schema.customer_key(w_id, d_id, order["o_c_id"])
+        for (d_id, _), order in zip(to_deliver, orders, strict=True)
+    ]
+    customers = await tx.get_many(customer_keys)
     delivered = []
-    for d_id, o_id, order in to_deliver:
-        customer_key = schema.customer_key(w_id, d_id, order["o_c_id"])
-        customer = next(rows)
+    for (d_id, o_id), order, lines, customer_key, customer in zip(
+        to_deliver, orders, lines_of, customer_keys, customers, strict=True
+    ):
+        assert len(lines) == order["o_ol_cnt"], f"order {w_id}/{d_id}/{o_id} misses lines"
         tx.delete(schema.new_order_key(w_id, d_id, o_id))
-        tx.put(schema.oldest_new_order_key(w_id, d_id), o_id + 1)
         tx.put(schema.order_key(w_id, d_id, o_id), {**order, "o_carrier_id": o_carrier_id})
-        amount_cents = 0
-        for number in range(1, order["o_ol_cnt"] + 1):
-            line = next(rows)
-            assert line is not None, f"order {w_id}/{d_id}/{o_id} misses line {number}"
-            amount_cents += line["ol_amount"]
-            tx.put(
-                schema.order_line_key(w_id, d_id, o_id, number),
-                {**line, "ol_delivery_d": delivery_d},
-            )
+        amount = Decimal("0.00")
+        for key, line in lines:
+            amount += line["ol_amount"]
+            tx.put(key, {**line, "ol_delivery_d": delivery_d})
         assert customer is not None, f"order {w_id}/{d_id}/{o_id} names a missing customer"
         tx.put(
             customer_key,
             {
                 **customer,
-                "c_balance": customer["c_balance"] + amount_cents,
+                "c_balance": customer["c_balance"] + amount,
                 "c_delivery_cnt": customer["c_delivery_cnt"] + 1,
             },
         )
@@ -347,14 +348,16 @@ async def stock_level(tx: Any, w_id: int, d_id: int, threshold: int) -> int:
 
 
 async def load(tx: Any, rows: list[list[Any]]) -> int:
-    """Puts a batch of initial rows; the loader keeps each batch on one shard."""
+    """Puts a batch of initial rows; the loader keeps each batch on one shard (an ITEM
+    batch is written on every shard: the table is replicated)."""
     for key, value in rows:
         tx.put(key, value)
     return len(rows)
 
 
 async def scan(tx: Any, lo: str, hi: str, limit: int) -> list[list[Any]]:
-    """One page of ``[lo, hi)``; the snapshot for the consistency checks pages through tables."""
+    """One page of ``[lo, hi)`` (stored bounds: ``schema.table_range``, ``stored_after``);
+    the snapshot for the consistency checks pages through tables."""
     assert 0 < limit <= SCAN_PAGE_MAX
     return [[key, value] for key, value in await tx.scan(lo, hi, limit)]
 

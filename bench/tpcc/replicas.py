@@ -3,8 +3,11 @@
 A follower serves read-only snapshots of its shard at its vector watermark
 (``Client.read_snapshot``): only committed transactions, consistent within the shard. Every
 warehouse lives on one shard, so each warehouse's tables are read from that shard's follower
-in the region, in ``read_snapshot`` scans of ``page_rows`` rows, each page starting after
-the previous page's last key.
+in the region, in ``read_snapshot`` scans of ``page_rows`` rows, each page starting at the
+least key after the previous page's last (``schema.key_after``: a key of the same warehouse,
+so the page still names one shard). A snapshot read takes keys and bounds in their stored
+form (``store.core.keys.pack``) and gives stored keys back; the rows here are keyed by the
+tuples, as the consistency checker takes them.
 
 The pages are separate snapshots, each at the follower's watermark at that moment. They
 agree with each other (and conditions 8 to 10, which join warehouses of different shards,
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.tpcc import schema
+from bench.tpcc.schema import Key
+from store.core.keys import pack, unpack
 
 # Rows per snapshot page: the follower's answer must cross the RPC layer in one response
 # (500 customers are about 350 KB).
@@ -76,10 +81,10 @@ async def follower_rows(
     warehouses: Iterable[int],
     region: str,
     page_rows: int = PAGE_ROWS,
-) -> dict[str, Any]:
+) -> dict[Key, Any]:
     """Every row of the TPC-C tables of ``warehouses`` as the followers in ``region`` hold
     them, read through ``read_snapshot`` scans of ``page_rows`` rows."""
-    rows: dict[str, Any] = {}
+    rows: dict[Key, Any] = {}
     for w_id in warehouses:
         for table in schema.WAREHOUSE_TABLES:
             lo, hi = schema.table_range(table, w_id)
@@ -89,16 +94,17 @@ async def follower_rows(
 
 async def scan_pages(
     client: Any, lo: str, hi: str, region: str, page_rows: int = PAGE_ROWS
-) -> list[tuple[str, Any]]:
-    """Every pair of ``[lo, hi)`` (one shard's keys) from its follower in ``region``."""
-    found: list[tuple[str, Any]] = []
+) -> list[tuple[Key, Any]]:
+    """Every pair of ``[lo, hi)`` (stored bounds of one shard's keys) from its follower in
+    ``region``."""
+    found: list[tuple[Key, Any]] = []
     while True:
         snapshot = await client.read_snapshot(scans=[(lo, hi, page_rows)], region=region)
         page = snapshot.scans[0]
-        found.extend((key, value) for key, value in page)
+        found.extend((unpack(key), value) for key, value in page)
         if len(page) < page_rows:
             return found
-        lo = page[-1][0] + "\x00"  # the least key after the page's last
+        lo = schema.stored_after(found[-1][0])
 
 
 def _probe_keys(config: Any) -> list[str]:
@@ -107,7 +113,8 @@ def _probe_keys(config: Any) -> list[str]:
     keys: dict[int, str] = {}
     shard_count = len(config.shards)
     for w_id in range(1, 4 * shard_count + 1):
-        keys.setdefault(partitioner.shard_of(schema.warehouse_key(w_id)), schema.warehouse_key(w_id))
+        key = pack(schema.warehouse_key(w_id))
+        keys.setdefault(partitioner.shard_of(key), key)
     return [keys[shard] for shard in range(shard_count)]
 
 

@@ -1,21 +1,24 @@
-"""TPC-C's nine tables on Meridian's ordered string keys (TPC-C rev. 5.11 clause 1).
+"""TPC-C's nine tables on Meridian's typed keys (TPC-C rev. 5.11 clause 1).
 
 Theory of operation:
 
-* Every key is ``table/<warehouse>/...`` with zero-padded decimal ids, so string order is
-  numeric order and a range of keys is the range a transaction scans (the order lines of
-  the last 20 orders of a district are one scan). The warehouse id is path field 1, which
+* Every key is a tuple ``(table, w_id, ...)`` of the row's primary key, integers as they
+  are: tuple order is the order transactions scan in (the order lines of an order are
+  ``scan_prefix(("order_line", w, d, o))``, the oldest undelivered order of a district is
+  the first key of ``("new_order", w, d)``). The warehouse id is element 1, which
   ``PrefixPartitioner(shard_count, field=1)`` uses to place warehouse w on shard w mod S.
-* ITEM is read-only and read by every New-Order, so it is copied to every shard:
-  ``item/<copy>/<i_id>`` with copy s placed on shard s. New-Order reads copy w mod S, the
-  one on its home warehouse's shard, and never crosses shards for items.
-* Three index tables replace the secondary access paths a SQL schema would scan for, and
-  the transactions that change the base rows maintain them in the same transaction:
-  ``customer_name`` (customer by last name, sorted by first name), ``customer_order`` (a
-  customer's latest order id) and ``new_order_oldest`` (a district's oldest undelivered
-  order id: NEW-ORDER rows are exactly the ids from it up to D_NEXT_O_ID - 1).
-* Money is integer cents and rates are integer basis points (1/10000), so the sums of the
-  consistency conditions are exact.
+* ITEM is read-only and read by every New-Order, so it is a *replicated* table: one copy
+  of ``("item", i_id)``, held whole by every shard. New-Order reads it on its home
+  warehouse's shard and never crosses shards for items; loading it certifies each write on
+  every shard.
+* Two index tables give the secondary access paths a SQL schema would have an index for
+  (their entries are keys, with None for value), and the transactions that add the base
+  rows add their entries in the same transaction:
+  ``customer_name`` (customers of a district by C_LAST, then C_FIRST) and
+  ``order_by_customer`` (a customer's orders by O_ID: the newest is the last key, read by
+  a reverse scan). Nothing points at "the latest" or "the oldest" row: scans find them.
+* Money is ``Decimal`` with two places and rates (taxes, discounts) ``Decimal`` with four,
+  so the sums of the consistency conditions are exact; dates are UTC ``datetime``.
 
 Ids are 1-based as in the specification; there are always ten districts per warehouse.
 """
@@ -23,13 +26,12 @@ Ids are 1-based as in the specification; there are always ten districts per ware
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from store.core.keys import pack, prefix_range
+from store.core.partition import Partitioner, PrefixPartitioner
 
 DISTRICTS_PER_WAREHOUSE = 10
-# Widths of the zero-padded ids; the limits are the specification's (and ours, asserted).
-WAREHOUSE_DIGITS = 4
-CUSTOMER_DIGITS = 5
-ORDER_DIGITS = 8
-ITEM_DIGITS = 6
 
 # The table names, in the order the consistency checker and the snapshot read them.
 TABLES = (
@@ -39,15 +41,18 @@ TABLES = (
     "customer_name",
     "history",
     "order",
-    "customer_order",
+    "order_by_customer",
     "new_order",
-    "new_order_oldest",
     "order_line",
     "item",
     "stock",
 )
-# Tables keyed by warehouse (ITEM is keyed by its per-shard copy instead).
-WAREHOUSE_TABLES = tuple(table for table in TABLES if table != "item")
+# On every shard (the cluster file's ``[placement] replicated``).
+REPLICATED_TABLES = ("item",)
+# Tables keyed by warehouse: element 1 of every key is its W_ID.
+WAREHOUSE_TABLES = tuple(table for table in TABLES if table not in REPLICATED_TABLES)
+
+Key = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +70,7 @@ class Scale:
     new_orders_per_district: int = 900
 
     def __post_init__(self) -> None:
-        assert 1 <= self.items < 10**ITEM_DIGITS - 1, "item ids must leave room for the unused id"
-        assert 1 <= self.customers_per_district < 10**CUSTOMER_DIGITS
+        assert self.items >= 1 and self.customers_per_district >= 1
         assert 0 <= self.new_orders_per_district <= self.customers_per_district
 
     @property
@@ -95,111 +99,125 @@ class Scale:
         )
 
 
-def _w(w_id: int) -> str:
-    assert 0 <= w_id < 10**WAREHOUSE_DIGITS, f"warehouse id {w_id} out of range"
-    return f"{w_id:0{WAREHOUSE_DIGITS}d}"
-
-
-def _d(d_id: int) -> str:
+def _d(d_id: int) -> int:
     assert 1 <= d_id <= DISTRICTS_PER_WAREHOUSE, f"district id {d_id} out of range"
-    return f"{d_id:02d}"
+    return d_id
 
 
-def _c(c_id: int) -> str:
-    return f"{c_id:0{CUSTOMER_DIGITS}d}"
+def warehouse_key(w_id: int) -> Key:
+    return ("warehouse", w_id)
 
 
-def _o(o_id: int) -> str:
-    assert 0 <= o_id < 10**ORDER_DIGITS
-    return f"{o_id:0{ORDER_DIGITS}d}"
+def district_key(w_id: int, d_id: int) -> Key:
+    return ("district", w_id, _d(d_id))
 
 
-def _i(i_id: int) -> str:
-    return f"{i_id:0{ITEM_DIGITS}d}"
+def customer_key(w_id: int, d_id: int, c_id: int) -> Key:
+    return ("customer", w_id, _d(d_id), c_id)
 
 
-def warehouse_key(w_id: int) -> str:
-    return f"warehouse/{_w(w_id)}"
+def customer_name_key(w_id: int, d_id: int, c_last: str, c_first: str, c_id: int) -> Key:
+    """Index entry: customers of a district by (C_LAST, C_FIRST), the key ending with C_ID
+    (the value is None: the key is the entry, read keys only)."""
+    return ("customer_name", w_id, _d(d_id), c_last, c_first, c_id)
 
 
-def district_key(w_id: int, d_id: int) -> str:
-    return f"district/{_w(w_id)}/{_d(d_id)}"
+def customer_name_prefix(w_id: int, d_id: int, c_last: str) -> Key:
+    """The index entries of one last name, in C_FIRST order (a string element matches
+    whole: ``"BAR"`` does not take in ``"BARBAR"``)."""
+    return ("customer_name", w_id, _d(d_id), c_last)
 
 
-def customer_key(w_id: int, d_id: int, c_id: int) -> str:
-    return f"customer/{_w(w_id)}/{_d(d_id)}/{_c(c_id)}"
-
-
-def customer_name_key(w_id: int, d_id: int, c_last: str, c_first: str, c_id: int) -> str:
-    """Index entry: customers of a district by (C_LAST, C_FIRST); the value is C_ID."""
-    assert "/" not in c_last and "/" not in c_first
-    return f"customer_name/{_w(w_id)}/{_d(d_id)}/{c_last}/{c_first}/{_c(c_id)}"
-
-
-def customer_name_range(w_id: int, d_id: int, c_last: str) -> tuple[str, str]:
-    """The index entries of one last name, in C_FIRST order ('0' sorts right after '/')."""
-    prefix = f"customer_name/{_w(w_id)}/{_d(d_id)}/{c_last}/"
-    return prefix, prefix[:-1] + "0"
-
-
-def history_key(w_id: int, d_id: int, history_id: str) -> str:
+def history_key(w_id: int, d_id: int, history_id: str) -> Key:
     """HISTORY has no primary key; the terminal that pays supplies a unique ``history_id``."""
-    assert "/" not in history_id
-    return f"history/{_w(w_id)}/{_d(d_id)}/{history_id}"
+    return ("history", w_id, _d(d_id), history_id)
 
 
-def order_key(w_id: int, d_id: int, o_id: int) -> str:
-    return f"order/{_w(w_id)}/{_d(d_id)}/{_o(o_id)}"
+def order_key(w_id: int, d_id: int, o_id: int) -> Key:
+    return ("order", w_id, _d(d_id), o_id)
 
 
-def customer_order_key(w_id: int, d_id: int, c_id: int) -> str:
-    """Index entry: the id of the customer's latest order."""
-    return f"customer_order/{_w(w_id)}/{_d(d_id)}/{_c(c_id)}"
+def order_by_customer_key(w_id: int, d_id: int, c_id: int, o_id: int) -> Key:
+    """Index entry: one order of a customer, the key ending with O_ID (the value is None)."""
+    return ("order_by_customer", w_id, _d(d_id), c_id, o_id)
 
 
-def new_order_key(w_id: int, d_id: int, o_id: int) -> str:
-    return f"new_order/{_w(w_id)}/{_d(d_id)}/{_o(o_id)}"
+def customer_orders_prefix(w_id: int, d_id: int, c_id: int) -> Key:
+    """A customer's index entries, oldest order first (the newest: reverse, limit 1)."""
+    return ("order_by_customer", w_id, _d(d_id), c_id)
 
 
-def oldest_new_order_key(w_id: int, d_id: int) -> str:
-    """Index entry: the district's oldest undelivered order id (D_NEXT_O_ID if none)."""
-    return f"new_order_oldest/{_w(w_id)}/{_d(d_id)}"
+def new_order_key(w_id: int, d_id: int, o_id: int) -> Key:
+    return ("new_order", w_id, _d(d_id), o_id)
 
 
-def order_line_key(w_id: int, d_id: int, o_id: int, ol_number: int) -> str:
-    return f"order_line/{_w(w_id)}/{_d(d_id)}/{_o(o_id)}/{ol_number:02d}"
+def new_orders_prefix(w_id: int, d_id: int) -> Key:
+    """A district's undelivered orders, oldest first."""
+    return ("new_order", w_id, _d(d_id))
 
 
-def order_lines_range(w_id: int, d_id: int, o_id_lo: int, o_id_hi: int) -> tuple[str, str]:
-    """The order lines of orders o_id_lo <= O_ID < o_id_hi of a district."""
-    base = f"order_line/{_w(w_id)}/{_d(d_id)}/"
-    return base + _o(o_id_lo), base + _o(o_id_hi)
+def order_line_key(w_id: int, d_id: int, o_id: int, ol_number: int) -> Key:
+    return ("order_line", w_id, _d(d_id), o_id, ol_number)
 
 
-def item_key(copy: int, i_id: int) -> str:
-    return f"item/{_w(copy)}/{_i(i_id)}"
+def order_lines_prefix(w_id: int, d_id: int, o_id: int) -> Key:
+    """The lines of one order, by OL_NUMBER."""
+    return ("order_line", w_id, _d(d_id), o_id)
 
 
-def stock_key(w_id: int, i_id: int) -> str:
-    return f"stock/{_w(w_id)}/{_i(i_id)}"
+def order_lines_range(w_id: int, d_id: int, o_id_lo: int, o_id_hi: int) -> tuple[Key, Key]:
+    """The order lines of orders o_id_lo <= O_ID < o_id_hi of a district: every line of
+    order o sorts after ``(..., o)`` (a prefix sorts before its extensions)."""
+    return ("order_line", w_id, _d(d_id), o_id_lo), ("order_line", w_id, _d(d_id), o_id_hi)
+
+
+def item_key(i_id: int) -> Key:
+    return ("item", i_id)
+
+
+def stock_key(w_id: int, i_id: int) -> Key:
+    return ("stock", w_id, i_id)
 
 
 def table_range(table: str, w_id: int) -> tuple[str, str]:
-    """All keys of ``table`` for one warehouse (or one ITEM copy)."""
-    # The upper bounds keep the warehouse field intact, so the partitioner sends the scan to
-    # one shard: "~" sorts after every character our keys use (digits, letters, "/", "-").
-    if table == "warehouse":
-        return warehouse_key(w_id), warehouse_key(w_id) + "/"
-    prefix = f"{table}/{_w(w_id)}/"
-    return prefix, prefix + "~"
+    """The stored bounds (``store.core.keys``) of one warehouse's keys of ``table``, as a
+    snapshot read and the ``tpcc_scan`` pages take them."""
+    assert table in WAREHOUSE_TABLES, f"{table} is not keyed by warehouse"
+    return prefix_range((table, w_id))
+
+
+def key_after(key: Key) -> Key:
+    """The least key above ``key``: ``key`` extended by the least element there is (empty
+    bytes: bytes < strings < tuples < integers, and a prefix sorts before its extensions).
+    A page of a scan starts there, right after the previous page's last key; unlike the
+    stored form's "packing + 0x00", it is a key, so the partitioner still places it on the
+    warehouse's shard and a follower's one-shard snapshot takes it."""
+    return (*key, b"")
+
+
+def stored_after(key: Key) -> str:
+    return pack(key_after(key))
+
+
+def partitioner(shard_count: int) -> PrefixPartitioner:
+    """The placement the benchmark needs: warehouse w on shard w mod S, ITEM on every shard
+    (what the cluster file's ``partitioner = "prefix"`` and ``[placement] replicated =
+    ["item"]`` build)."""
+    return PrefixPartitioner(shard_count, field=1, replicated_tables=REPLICATED_TABLES)
+
+
+def placement_problem(placement: Partitioner, shard_count: int) -> str | None:
+    """What is wrong with a cluster's placement for TPC-C, or None: every warehouse table
+    must put warehouse w on shard w mod S, and ITEM must be replicated."""
+    if not placement.is_replicated(pack(item_key(1))):
+        return 'ITEM is not replicated ([placement] replicated = ["item"])'
+    for table in WAREHOUSE_TABLES:
+        for w_id in range(1, shard_count + 1):
+            if placement.shard_of(pack((table, w_id, 1))) != warehouse_shard(w_id, shard_count):
+                return f"{table} keys of warehouse {w_id} are not on shard w mod {shard_count}"
+    return None
 
 
 def warehouse_shard(w_id: int, shard_count: int) -> int:
     """The shard of a warehouse under ``PrefixPartitioner(shard_count, field=1)``."""
     return w_id % shard_count
-
-
-def parse_key(key: str) -> tuple[str, list[str]]:
-    """(table, the path fields after the table) of a TPC-C key."""
-    table, _, rest = key.partition("/")
-    return table, rest.split("/")

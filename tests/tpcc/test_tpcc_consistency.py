@@ -12,12 +12,13 @@ import pytest
 from bench.tpcc import consistency, schema
 from bench.tpcc.driver import Driver, DriverConfig
 from bench.tpcc.local import SimulatedTarget
+from bench.tpcc.schema import Key
 from tests.tpcc.conftest import TINY, Tiny
 
 ALL = set(consistency.CONDITIONS)
 
 
-def failed(rows: dict[str, Any]) -> set[int]:
+def failed(rows: dict[Key, Any]) -> set[int]:
     report = consistency.check(rows, TINY)
     return {number for number, holds in report.conditions.items() if not holds}
 
@@ -44,32 +45,33 @@ def test_all_conditions_hold_after_a_mixed_concurrent_run_on_two_shards() -> Non
     # The transactional snapshot and the replicas' stores agree, and both are consistent.
     snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2, 3, 4], 2))
     rows = tiny.rows()
-    assert snapshot == {key: value for key, value in rows.items() if not key.startswith("item/")}
+    assert snapshot == {key: value for key, value in rows.items() if key[0] != "item"}
     verdict = consistency.check(snapshot, TINY)
     assert verdict.all_true, verdict.summary()
     assert len(verdict.conditions) == 12
 
 
-def first_key(rows: dict[str, Any], table: str, where: Callable[[Any], bool] = lambda _: True) -> str:
-    return next(key for key in sorted(rows) if key.startswith(table + "/") and where(rows[key]))
+def first_key(rows: dict[Key, Any], table: str, where: Callable[[Any], bool] = lambda _: True) -> Key:
+    return next(key for key in sorted(rows) if key[0] == table and where(rows[key]))
 
 
-def add(rows: dict[str, Any], table: str, field: str, delta: int) -> None:
+def add(rows: dict[Key, Any], table: str, field: str, delta: int) -> None:
     key = first_key(rows, table)
     rows[key] = {**rows[key], field: rows[key][field] + delta}
 
 
-def delete(rows: dict[str, Any], table: str, where: Callable[[Any], bool] = lambda _: True) -> None:
+def delete(rows: dict[Key, Any], table: str, where: Callable[[Any], bool] = lambda _: True) -> None:
     del rows[first_key(rows, table, where)]
 
 
-def set_field(rows: dict[str, Any], table: str, field: str, value: Any, where: Callable[[Any], bool]) -> None:
+def set_field(rows: dict[Key, Any], table: str, field: str, value: Any, where: Callable[[Any], bool]) -> None:
     key = first_key(rows, table, where)
     rows[key] = {**rows[key], field: value}
 
 
-def delete_middle_new_order(rows: dict[str, Any]) -> None:
-    keys = sorted(k for k in rows if k.startswith(schema.new_order_key(1, 1, 0)[:-8]))
+def delete_middle_new_order(rows: dict[Key, Any]) -> None:
+    prefix = schema.new_orders_prefix(1, 1)
+    keys = sorted(k for k in rows if k[:3] == prefix)
     del rows[keys[len(keys) // 2]]
 
 
@@ -120,24 +122,28 @@ def test_a_failure_is_explained() -> None:
 
 
 def test_loading_through_transactions_and_a_paged_snapshot_give_back_the_same_rows() -> None:
-    """The path a real cluster uses: tpcc_load batches in, tpcc_scan pages out."""
+    """The path a real cluster uses: tpcc_load batches in (ITEM's certified on every
+    shard), tpcc_scan pages out (each page starting at ``schema.key_after`` the last key)."""
     from bench.tpcc import loader, procedures
     from bench.tpcc.local import replica_rows
-    from store.core.partition import PrefixPartitioner
+    from store.core.keys import unpack
     from store.core.txn import Procedures
     from store.sim.local import LocalCluster
 
     registry = Procedures()
     procedures.register(registry)
-    cluster = LocalCluster(2, registry, PrefixPartitioner(2))
+    cluster = LocalCluster(2, registry, schema.partitioner(2))
     target = SimulatedTarget(cluster)
-    rows_by_shard = loader.initial_rows([1, 2], 2, TINY, seed=5)
-    written = asyncio.run(loader.load_through_transactions(target.run, rows_by_shard, concurrency=4))
-    expected = {key: value for rows in rows_by_shard for key, value in rows.items()}
+    initial = loader.initial_rows([1, 2], 2, TINY, seed=5)
+    written = asyncio.run(loader.load_through_transactions(target.run, initial, concurrency=4))
+    expected = initial.all()
     assert written == len(expected)
     assert replica_rows(cluster) == expected
-    # Each warehouse's rows are on its own shard.
-    assert all(key in rows_by_shard[int(key.split("/")[1]) % 2] for key in expected)
+    # Each warehouse's rows are on its own shard, and ITEM is on both.
+    for shard in range(2):
+        held = {unpack(key) for key in cluster.replica(shard).store.all_keys()}
+        assert held == initial.by_shard[shard].keys() | initial.items.keys()
+    assert all(key[1] % 2 == shard for shard, rows in enumerate(initial.by_shard) for key in rows)
     snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2], 2, page_rows=97))
-    assert snapshot == {key: value for key, value in expected.items() if not key.startswith("item/")}
+    assert snapshot == {key: value for key, value in expected.items() if key[0] != "item"}
     assert consistency.check(snapshot, TINY).all_true

@@ -8,16 +8,19 @@ import json
 import os
 import random
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.tpcc import consistency, rand
+from bench.tpcc import consistency, loader, rand
 from bench.tpcc.driver import Completed, Driver, DriverConfig, Inputs
 from bench.tpcc.local import SimulatedTarget
 from store.core.errors import Aborted, UserAborted
 from tests.tpcc.conftest import TINY, Tiny
+
+DATE = loader.LOAD_DATE
 
 
 def inputs(warehouses: list[int], shard_count: int, seed: int = 1) -> Inputs:
@@ -29,7 +32,7 @@ def inputs(warehouses: list[int], shard_count: int, seed: int = 1) -> Inputs:
 
 def test_new_order_inputs_have_1_percent_remote_lines_and_1_percent_rollbacks() -> None:
     generator = inputs([1, 2, 3, 4], 2)
-    requests = [generator.new_order(0) for _ in range(3000)]
+    requests = [generator.new_order(DATE) for _ in range(3000)]
     lines = [line for request in requests for line in request.args[3]]
     remote = sum(supply_w_id != 1 for _, supply_w_id, _ in lines) / len(lines)
     assert 0.005 < remote < 0.015
@@ -48,20 +51,21 @@ def test_new_order_inputs_have_1_percent_remote_lines_and_1_percent_rollbacks() 
 
 def test_payment_inputs_have_15_percent_remote_and_60_percent_by_name() -> None:
     generator = inputs([1, 2], 2)
-    requests = [generator.payment(0) for _ in range(4000)]
+    requests = [generator.payment(DATE) for _ in range(4000)]
     remote = sum(request.args[2] != 1 for request in requests) / len(requests)
     by_name = sum(request.args[5] is not None for request in requests) / len(requests)
     assert 0.12 < remote < 0.18 and 0.56 < by_name < 0.64
     assert all((request.args[4] is None) != (request.args[5] is None) for request in requests)
-    assert all(100 <= request.args[6] <= 500_000 for request in requests)
+    assert all(Decimal("1.00") <= request.args[6] <= Decimal("5000.00") for request in requests)
+    assert all(request.args[6].as_tuple().exponent == -2 for request in requests)
     assert len({request.args[8] for request in requests}) == len(requests)  # history ids
     assert all(request.cross_shard == (request.args[2] == 2) for request in requests)
 
 
 def test_one_warehouse_means_no_remote_lines_or_payments() -> None:
     generator = inputs([1], 1)
-    assert not any(generator.payment(0).cross_shard for _ in range(500))
-    assert all(w == 1 for _ in range(200) for _, w, _ in generator.new_order(0).args[3])
+    assert not any(generator.payment(DATE).cross_shard for _ in range(500))
+    assert all(w == 1 for _ in range(200) for _, w, _ in generator.new_order(DATE).args[3])
 
 
 class FakeTarget:
@@ -95,6 +99,10 @@ def test_driver_counts_aborts_and_rollbacks_apart_and_deals_the_exact_mix() -> N
     assert sum(counts["aborts"] for counts in per_type.values()) == 2000
     assert report["abort_rate"] == pytest.approx(0.5)
     assert report["latency_ms"]["payment"]["committed_p50"] == pytest.approx(2.0)
+    assert report["latency_ms"]["payment"]["committed_max"] == pytest.approx(2.0)
+    assert set(report["latency_ms"]["payment"]) == {
+        f"{what}_{name}" for what in ("certified", "committed") for name in ("p50", "p99", "p999", "max")
+    }
     assert not report["errors"]
 
 

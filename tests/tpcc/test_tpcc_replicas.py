@@ -19,6 +19,7 @@ import pytest
 from bench.tpcc import consistency, loader, replicas, schema
 from bench.tpcc.driver import Driver, DriverConfig
 from store import config as config_module
+from store.core.keys import pack
 from store.node.up import ProcessCluster
 from store.rpc.aio import new_event_loop
 from tests.tpcc.conftest import TINY
@@ -64,6 +65,8 @@ def test_a_generated_three_region_file_has_followers_in_eu_and_ap(tmp_path: Path
     command = command_module()
     config = config_module.load(command.cluster_file(tmp_path, 2, 7500, regions=3, rtt_ms=50))
     assert config.partitioner_kind == "prefix" and command.PROCEDURE_MODULE in config.procedures
+    assert config.replicated_tables == ("item",)
+    assert schema.placement_problem(config.partitioner(), 2) is None
     assert config.regions == ("us", "eu", "ap") and config.wan is not None
     assert config.wan.rtt_ms == 50
     assert [s.region for s in config.shards] == ["us", "us"]
@@ -103,15 +106,36 @@ class _PagedFollower:
 
 @pytest.mark.parametrize("count", [0, 1, 9, 10, 11, 30])
 def test_snapshot_pages_start_after_the_last_key_and_miss_nothing(count: int) -> None:
-    data = {f"customer/0001/01/{c:05d}": c for c in range(count)}
-    data["customer/0002/01/00000"] = "another warehouse"
+    """Every page starts at the least key above the previous page's last, a key of the same
+    warehouse: the client still sends it to the warehouse's one shard."""
+    keys = [schema.customer_key(1, 1, c) for c in range(1, count + 1)]
+    data = {pack(key): c for c, key in enumerate(keys)}
+    data[pack(schema.customer_key(2, 1, 1))] = "another warehouse"
     follower = _PagedFollower(data)
     lo, hi = schema.table_range("customer", 1)
     found = run(replicas.scan_pages(follower, lo, hi, "eu", page_rows=10))
-    assert found == [(key, value) for key, value in data.items() if key.startswith("customer/0001/")]
+    assert found == [(key, c) for c, key in enumerate(keys)]
     assert len(follower.asked) == count // 10 + 1
     assert all(page_lo > previous for (previous, _, _), (page_lo, _, _)
                in zip(follower.asked, follower.asked[1:], strict=False))
+    placement = schema.partitioner(2)
+    assert all(placement.shards_of_range(page_lo, page_hi) == (1,) for page_lo, page_hi, _ in follower.asked)
+
+
+def test_a_connected_cluster_must_replicate_item_and_place_warehouses(tmp_path: Path) -> None:
+    """--connect refuses a cluster file whose placement would copy ITEM to one shard or
+    scatter a warehouse: the benchmark would run, but not as designed."""
+    command = command_module()
+    good = command.cluster_file(tmp_path, 2, 7500, regions=1)
+    text = good.read_text()
+    for broken, problem in (
+        (text.replace('replicated = ["item"]', ""), "ITEM is not replicated"),
+        (text.replace('partitioner = "prefix"', 'partitioner = "hash"'), "not on shard w mod 2"),
+    ):
+        path = tmp_path / "broken.toml"
+        path.write_text(broken)
+        with pytest.raises(SystemExit, match=problem):
+            command.prepare_cluster(command.parse_args(["--connect", str(path)]), tmp_path)
 
 
 def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_run(
@@ -125,8 +149,8 @@ def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_
         client = await Client.connect(geo.config)
         try:
             target = command._SdkTarget(client)
-            rows_by_shard = loader.initial_rows(WAREHOUSES, SHARDS, TINY, seed=3)
-            await loader.load_through_transactions(target.run, rows_by_shard)
+            initial = loader.initial_rows(WAREHOUSES, SHARDS, TINY, seed=3)
+            await loader.load_through_transactions(target.run, initial)
             outcome: dict[str, Any] = {"load": await replica_views(client, target)}
             config = DriverConfig(
                 WAREHOUSES, SHARDS, TINY, terminals=4, seed=3, transactions_per_terminal=25,
