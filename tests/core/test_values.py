@@ -15,9 +15,9 @@ import pytest
 from store.core import paxos
 from store.core.errors import InvalidRequest
 from store.core.paxos import Accept, Ballot, Entry, EntryKind
+from store.core.settings import DEFAULT_SETTINGS
 from store.core.storage import VersionedStore
 from store.core.transfer import decode_state, encode_state, version_chains
-from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OpList, Procedures, Tx
 from store.core.vclock import VectorClock
 from store.proto.convert import parse_batch, to_batch
@@ -26,7 +26,7 @@ from store.protocol.messages import Submit
 from store.sim.local import LocalCluster
 from tests.core.test_transfer import sample_state
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 WHEN = datetime.datetime(2026, 12, 2, 14, 30, 5, 123456, tzinfo=UTC)
 PRICE = decimal.Decimal("12.50")
 VALUE = {"at": WHEN, "price": PRICE, "lines": [PRICE, WHEN], "tiny": decimal.Decimal("-1E-30")}
