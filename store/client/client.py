@@ -53,7 +53,7 @@ from store.client.protocol import (
 )
 from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
-from store.core.keys import Element, Key, to_stored, tuple_of
+from store.core.keys import Element, Key, from_stored, to_stored, tuple_of
 from store.core.keys import prefix_range as _prefix_range
 from store.core.partition import Partitioner, table_end
 from store.core.settings import DEFAULT_SETTINGS
@@ -82,8 +82,8 @@ class SnapshotResult:
     trails the leader's (in counter values) when the client asked for it (None if not).
     """
 
-    values: dict[str, Any]
-    scans: list[list[tuple[str, Any]]]
+    values: dict[Key, Any]
+    scans: list[list[tuple[Key, Any]]]
     shard: int
     region: str
     vw: VectorClock
@@ -298,9 +298,9 @@ class Client:
 
     async def read_snapshot(
         self,
-        keys: Sequence[str] = (),
+        keys: Sequence[Key] = (),
         *,
-        scans: Sequence[tuple[str, str, int]] = (),
+        scans: Sequence[tuple[Key, Key, int]] = (),
         region: str | None = None,
         with_lag: bool = False,
     ) -> SnapshotResult:
@@ -313,8 +313,10 @@ class Client:
         """
         if self._config is None:
             raise InvalidRequest("snapshot reads need a cluster file (followers)")
-        shards = {self.partitioner.shard_of(key) for key in keys}
-        for lo, hi, _ in scans:
+        stored_keys = [to_stored(key) for key in keys]
+        stored_scans = [(to_stored(lo), to_stored(hi), limit) for lo, hi, limit in scans]
+        shards = {self.partitioner.shard_of(key) for key in stored_keys}
+        for lo, hi, _ in stored_scans:
             shards.update(self.partitioner.shards_of_range(lo, hi))
         if len(shards) != 1:
             raise InvalidRequest("a snapshot read covers the keys of one shard")
@@ -333,17 +335,16 @@ class Client:
         address = next((a for r, a in followers if r == region), None)
         if address is None:
             raise InvalidRequest(f"shard {shard} has no follower in region {region!r}")
-        request = SnapshotRead(
-            next(self._snapshot_ids), list(keys), [(lo, hi, limit) for lo, hi, limit in scans]
-        )
+        request = SnapshotRead(next(self._snapshot_ids), stored_keys, stored_scans)
         reply = await self._drive(self.protocol.snapshot(shard, address, request))
         lag = None
         if with_lag:
             leader_status = (await self.status())[shard]
             if leader_status is not None:
                 lag = max(0, int(leader_status["watermark"]) - reply.vw[shard])
+        scanned = [[(from_stored(key), value) for key, value in found] for found in reply.scans]
         return SnapshotResult(
-            dict(zip(keys, reply.values, strict=True)), reply.scans, shard, region, reply.vw, lag
+            dict(zip(keys, reply.values, strict=True)), scanned, shard, region, reply.vw, lag
         )
 
     async def _run(
@@ -665,9 +666,9 @@ class BlockingClient:
 
     def read_snapshot(
         self,
-        keys: Sequence[str] = (),
+        keys: Sequence[Key] = (),
         *,
-        scans: Sequence[tuple[str, str, int]] = (),
+        scans: Sequence[tuple[Key, Key, int]] = (),
         region: str | None = None,
         with_lag: bool = False,
     ) -> SnapshotResult:
