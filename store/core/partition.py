@@ -175,12 +175,13 @@ def _both_names(tables: Iterable[str]) -> list[str]:
 @functools.lru_cache(maxsize=1 << 16)
 def _unpacked(key: str) -> tuple[object, ...] | None:
     """A packed key's elements (cached: placement asks for the same keys again and again);
-    the end of a prefix's range is its prefix; None for what is neither."""
+    the end of a prefix's range (0xFF after a packing) is its prefix, and so is a key's
+    successor (0x00 after it) its key; None for what is neither."""
     try:
         return unpack(key)
     except InvalidRequest:
         pass
-    if key.endswith(PREFIX_END):
+    if key[-1:] in (PREFIX_END, "\x00"):
         try:
             return unpack(key[:-1])
         except InvalidRequest:

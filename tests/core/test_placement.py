@@ -32,6 +32,10 @@ def test_a_table_placed_by_its_field_puts_string_and_tuple_keys_alike() -> None:
     lo, hi = prefix_range(("stock",))
     assert list(partitioner.shards_of_range(lo, hi)) == [0, 1, 2, 3]
     assert list(partitioner.shards_of_range(pack(("stock", 6, 1)), pack(("stock", 6, 9)))) == [2]
+    # A key's successor (a packing and 0x00: where the next page of a scan starts) too.
+    assert list(partitioner.shards_of_range(pack(("stock", 6, 1)) + "\x00", hi)) == [0, 1, 2, 3]
+    lo, hi = prefix_range(("stock", 6))
+    assert list(partitioner.shards_of_range(pack(("stock", 6, 1)) + "\x00", hi)) == [2]
 
 
 def test_range_placement_by_splits() -> None:
