@@ -5,9 +5,9 @@ A follower serves read-only snapshots of its shard at its vector watermark
 warehouse lives on one shard, so each warehouse's tables are read from that shard's follower
 in the region, in ``read_snapshot`` scans of ``page_rows`` rows, each page starting at the
 least key after the previous page's last (``schema.key_after``: a key of the same warehouse,
-so the page still names one shard). A snapshot read takes keys and bounds in their stored
-form (``store.core.keys.pack``) and gives stored keys back; the rows here are keyed by the
-tuples, as the consistency checker takes them.
+so the page still names one shard). A snapshot read takes keys and bounds as tuples or in
+their stored form (``store.core.keys.pack``; the bounds here are stored: a prefix's end has
+no tuple) and gives tuple keys back, as the consistency checker takes them.
 
 The pages are separate snapshots, each at the follower's watermark at that moment. They
 agree with each other (and conditions 8 to 10, which join warehouses of different shards,
@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.tpcc import schema
 from bench.tpcc.schema import Key
-from store.core.keys import pack, unpack
+from store.core.keys import pack
 
 # Rows per snapshot page: the follower's answer must cross the RPC layer in one response
 # (500 customers are about 350 KB).
@@ -101,7 +101,7 @@ async def scan_pages(
     while True:
         snapshot = await client.read_snapshot(scans=[(lo, hi, page_rows)], region=region)
         page = snapshot.scans[0]
-        found.extend((unpack(key), value) for key, value in page)
+        found.extend(page)
         if len(page) < page_rows:
             return found
         lo = schema.stored_after(found[-1][0])

@@ -189,9 +189,9 @@ def table_range(table: str, w_id: int) -> tuple[str, str]:
 def key_after(key: Key) -> Key:
     """The least key above ``key``: ``key`` extended by the least element there is (empty
     bytes: bytes < strings < tuples < integers, and a prefix sorts before its extensions).
-    A page of a scan starts there, right after the previous page's last key; unlike the
-    stored form's "packing + 0x00", it is a key, so the partitioner still places it on the
-    warehouse's shard and a follower's one-shard snapshot takes it."""
+    A page of a scan starts there, right after the previous page's last key: a tuple key
+    of the same warehouse, which the partitioner places on the warehouse's shard, so a
+    follower's one-shard snapshot takes the page."""
     return (*key, b"")
 
 

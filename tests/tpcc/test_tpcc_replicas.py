@@ -19,7 +19,7 @@ import pytest
 from bench.tpcc import consistency, loader, replicas, schema
 from bench.tpcc.driver import Driver, DriverConfig
 from store import config as config_module
-from store.core.keys import pack
+from store.core.keys import pack, unpack
 from store.node.up import ProcessCluster
 from store.rpc.aio import new_event_loop
 from tests.tpcc.conftest import TINY
@@ -100,7 +100,8 @@ class _PagedFollower:
     async def read_snapshot(self, keys: Any = (), *, scans: Any = (), region: Any = None) -> Any:
         (lo, hi, limit), = scans
         self.asked.append((lo, hi, limit))
-        found = [(k, v) for k, v in self.data.items() if lo <= k < hi][:limit]
+        # As the SDK gives them: tuple keys.
+        found = [(unpack(k), v) for k, v in self.data.items() if lo <= k < hi][:limit]
         return SimpleNamespace(scans=[found])
 
 
