@@ -132,6 +132,8 @@ def cluster_file(directory: Path, hosts: Hosts, options: Options) -> Path:
         ]
     for region in REGIONS:
         lines += ["[[cm]]", f'region = "{region}"', f'address = "{address[region]}:{CM_PORT}"']
+    if options.workload == "tpcc":  # one copy of ITEM, on every shard (bench/tpcc/schema.py)
+        lines += ["[placement]", 'replicated = ["item"]']
     # On, as in every cluster file Meridian writes: mutual TLS between regions and the
     # cluster secret on every RPC session (the certificates are made next, beside it).
     lines += [

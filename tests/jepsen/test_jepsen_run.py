@@ -197,3 +197,17 @@ def test_an_interrupted_run_removes_its_namespaces_and_processes(tmp_path: Path)
     assert child.returncode == 130, "".join(lines) + rest
     assert "interrupted" in rest
     assert _leftovers(runs, namespaces_before, temp_before) == []
+
+
+def test_the_tpcc_cluster_file_keeps_one_copy_of_item_on_every_shard(tmp_path: Path) -> None:
+    """`--workload tpcc` places warehouses by prefix and ITEM on every shard, as
+    bench/tpcc.py's own cluster file does (issue 15)."""
+    from jepsen.hosts import LoopbackHosts
+    from jepsen.run import REGIONS, Options, cluster_file
+    from store import config as config_module
+    from store.core.keys import pack
+
+    path = cluster_file(tmp_path, LoopbackHosts(list(REGIONS)), Options(workload="tpcc"))
+    partitioner = config_module.load(path).partitioner()
+    assert partitioner.is_replicated(pack(("item", 7)))
+    assert partitioner.shard_of(pack(("stock", 3, 7))) == 1
