@@ -364,8 +364,8 @@ class Driver:
 
     async def _execute(self, request: Request) -> None:
         stats = self.stats.by_type[request.kind]
+        first = self.clock()  # latencies are the terminal's: from its first attempt
         for _ in range(self.config.attempts_max):
-            started = self.clock()
             try:
                 completed = await self.target.run_detailed(
                     request.procedure, *request.args, shard=request.shard
@@ -383,7 +383,7 @@ class Driver:
             except UserAborted as exc:
                 if request.rollback:
                     stats.rolled_back += 1
-                    self._record(request, stats, Completed(None), self.clock() - started)
+                    self._record(request, stats, Completed(None), self.clock() - first)
                 else:
                     self._error(request, stats, exc)
                 return
@@ -393,7 +393,7 @@ class Driver:
             if request.rollback:
                 self._error(request, stats, AssertionError("a New-Order with an unused item committed"))
                 return
-            self._record(request, stats, completed, self.clock() - started)
+            self._record(request, stats, completed, self.clock() - first)
             return
         stats.gave_up += 1
 
@@ -405,10 +405,16 @@ class Driver:
         if completed.result is None and request.rollback:
             return  # a rollback has no certified or committed moment
         if len(stats.committed_latencies_s) < LATENCIES_KEPT_MAX:
+            # End to end, as the terminal waited (``wall_s``: since its first attempt, every
+            # conflict retry included, the SDK's and ours): committed when the call returned,
+            # certified as much earlier as the SDK's last attempt says.
             certified = completed.certified_latency_s
             committed = completed.committed_latency_s
-            stats.certified_latencies_s.append(wall_s if certified is None else certified)
-            stats.committed_latencies_s.append(wall_s if committed is None else committed)
+            stats.committed_latencies_s.append(wall_s)
+            if certified is None or committed is None:
+                stats.certified_latencies_s.append(wall_s)
+            else:
+                stats.certified_latencies_s.append(max(0.0, wall_s - (committed - certified)))
 
     def _error(self, request: Request, stats: TypeStats, exc: BaseException) -> None:
         stats.errors += 1
