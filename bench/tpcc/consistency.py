@@ -71,12 +71,19 @@ class _Tables:
         self.order_lines: dict[tuple[int, int, int], list[dict[str, Any]]] = (
             collections.defaultdict(list)
         )
+        # W_YTD and D_YTD are rows of their own (bench/tpcc/schema.py): joined back below.
+        warehouse_ytd: dict[int, Any] = {}
+        district_ytd: dict[tuple[int, int], Any] = {}
         for key, value in snapshot.items():
             table = key[0]
             if table == "warehouse":
                 self.warehouses[key[1]] = value
+            elif table == "warehouse_ytd":
+                warehouse_ytd[key[1]] = value["w_ytd"]
             elif table == "district":
                 self.districts[key[1], key[2]] = value
+            elif table == "district_ytd":
+                district_ytd[key[1], key[2]] = value["d_ytd"]
             elif table == "customer":
                 self.customers[key[1], key[2], key[3]] = value
             elif table == "history":
@@ -87,6 +94,12 @@ class _Tables:
                 self.new_orders[key[1], key[2]].add(key[3])
             elif table == "order_line":
                 self.order_lines[key[1], key[2], key[3]].append(value)
+        self.warehouses = {
+            w_id: {**row, "w_ytd": warehouse_ytd.get(w_id)} for w_id, row in self.warehouses.items()
+        }
+        self.districts = {
+            ids: {**row, "d_ytd": district_ytd.get(ids)} for ids, row in self.districts.items()
+        }
         self.orders_by_district: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
         for w_id, d_id, o_id in self.orders:
             self.orders_by_district[w_id, d_id].append(o_id)

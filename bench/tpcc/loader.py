@@ -94,6 +94,8 @@ def warehouse_rows(w_id: int, scale: Scale, seed: int) -> dict[Key, Any]:
         "w_name": rand.a_string(rng, 6, 10),
         **_address(rng, "w"),
         "w_tax": rate(rng.randint(0, 2000)),
+    }
+    rows[schema.warehouse_ytd_key(w_id)] = {
         "w_ytd": DISTRICTS_PER_WAREHOUSE * customers * YTD_PER_CUSTOMER,
     }
     for i_id in range(1, scale.items + 1):
@@ -120,9 +122,9 @@ def _district_rows(
         "d_name": rand.a_string(rng, 6, 10),
         **_address(rng, "d"),
         "d_tax": rate(rng.randint(0, 2000)),
-        "d_ytd": customers * YTD_PER_CUSTOMER,
         "d_next_o_id": scale.orders_per_district + 1,
     }
+    rows[schema.district_ytd_key(w_id, d_id)] = {"d_ytd": customers * YTD_PER_CUSTOMER}
     name_bound = rand.last_name_bound(customers)
     for c_id in range(1, customers + 1):
         if c_id <= 1000:

@@ -186,15 +186,21 @@ async def payment(
     if c_id is None:
         assert c_last is not None
         c_id = await _customer_id_by_name(tx, c_w_id, c_d_id, c_last)
-    warehouse = schema.warehouse_key(w_id)
-    district = schema.district_key(w_id, d_id)
+    warehouse_ytd = schema.warehouse_ytd_key(w_id)
+    district_ytd = schema.district_ytd_key(w_id, d_id)
     customer = schema.customer_key(c_w_id, c_d_id, c_id)
-    w_row, d_row, c_row = await tx.get_many([warehouse, district, customer])
+    w_row, d_row, w_ytd, d_ytd, c_row = await tx.get_many([
+        schema.warehouse_key(w_id), schema.district_key(w_id, d_id), warehouse_ytd,
+        district_ytd, customer,
+    ])
     assert w_row is not None and d_row is not None, "missing warehouse or district"
+    assert w_ytd is not None and d_ytd is not None, "missing warehouse or district totals"
     if c_row is None:
         tx.abort(f"no customer {c_id} in warehouse {c_w_id} district {c_d_id}")
-    tx.put(warehouse, {**w_row, "w_ytd": w_row["w_ytd"] + h_amount})
-    tx.put(district, {**d_row, "d_ytd": d_row["d_ytd"] + h_amount})
+    # The totals are rows of their own (schema's module doc): the warehouse and district
+    # rows New-Order reads are only read here.
+    tx.put(warehouse_ytd, {"w_ytd": w_ytd["w_ytd"] + h_amount})
+    tx.put(district_ytd, {"d_ytd": d_ytd["d_ytd"] + h_amount})
     c_row = {
         **c_row,
         "c_balance": c_row["c_balance"] - h_amount,

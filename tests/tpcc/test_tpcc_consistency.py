@@ -79,8 +79,8 @@ def delete_middle_new_order(rows: dict[Key, Any]) -> None:
     ("corrupt", "expected"),
     [
         # W_YTD takes part in condition 1 (against D_YTD) and 8 (against HISTORY).
-        (lambda rows: add(rows, "warehouse", "w_ytd", 1), {1, 8}),
-        (lambda rows: add(rows, "district", "d_ytd", 1), {1, 9}),
+        (lambda rows: add(rows, "warehouse_ytd", "w_ytd", 1), {1, 8}),
+        (lambda rows: add(rows, "district_ytd", "d_ytd", 1), {1, 9}),
         (lambda rows: add(rows, "district", "d_next_o_id", 1), {2}),
         # A hole in NEW-ORDER: 3, and its order now looks delivered without a carrier (5, 11).
         (delete_middle_new_order, {3, 5, 11}),
@@ -114,7 +114,7 @@ def test_a_corrupted_value_turns_its_conditions_false(
 
 def test_a_failure_is_explained() -> None:
     rows = Tiny([1], 1).rows()
-    rows[schema.warehouse_key(1)]["w_ytd"] += 5
+    rows[schema.warehouse_ytd_key(1)]["w_ytd"] += 5
     report = consistency.check(rows, TINY)
     assert report.conditions[1] is False
     assert "warehouse 1: W_YTD" in report.failures[1][0]
