@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from bench.tpcc.driver import Completed
-from bench.tpcc.loader import InitialRows, load_batches
+from bench.tpcc.loader import InitialRows
 from bench.tpcc.schema import Key
 from store.client.protocol import TxnResult
 from store.core.errors import MeridianError
@@ -77,14 +77,11 @@ class SimulatedTarget:
 
 
 def load(cluster: LocalCluster, initial: InitialRows) -> None:
-    """Puts the initial database in the cluster before it serves: each warehouse's rows
-    preloaded on its shard, and ITEM through ``tpcc_load`` transactions, whose writes are
-    certified and installed on every shard (``LocalCluster.preload`` would put each ITEM
-    row on one shard only: it does not know replicated tables)."""
+    """Puts the initial database in the cluster before it serves: each warehouse's rows on
+    its shard, and ITEM on every shard (``preload`` puts a replicated table's rows on all)."""
     for rows in initial.by_shard:
         cluster.preload({pack(key): value for key, value in rows.items()})
-    for batch in load_batches(initial.items):
-        cluster.run("tpcc_load", batch)
+    cluster.preload({pack(key): value for key, value in initial.items.items()})
 
 
 def replica_rows(cluster: LocalCluster) -> dict[Key, Any]:
