@@ -32,6 +32,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         wan_rtt_ms=args.wan_rtt_ms,
         scan_fraction=args.scan_fraction,
         reverse_fraction=args.reverse_fraction,
+        clear_fraction=args.clear_fraction,
         replicated=args.replicated,
         snapshot_fraction=args.snapshot_fraction,
         crashes=args.crashes,
@@ -166,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--reverse-fraction", type=float, default=0.0,
         help="list-append: share of scans that read from the range's end (highest key first)",
+    )
+    sim.add_argument(
+        "--clear-fraction", type=float, default=0.0,
+        help="list-append: share of operations that clear a range of retired keys (clear_range)",
     )
     sim.add_argument(
         "--snapshot-fraction", type=float, default=0.1,

@@ -244,18 +244,27 @@ class WorkloadClient:
             assert result is not None and result.status == "committed"
             if self.on_committed is not None:
                 self.on_committed(f"{self.process.address}#{self.started}", result)
-            self._complete("ok", operation.complete(result.result))
+            value = operation.complete(result.result)
+            self._settled(operation, "ok")
+            self._complete("ok", value)
             return
         name = type(error).__name__
         self.errors[name] = self.errors.get(name, 0) + 1
         if isinstance(error, OutcomeUnknown):
             # It may or may not have happened: :info, and a new process number.
+            self._settled(operation, "info")
             self._complete("info", operation.value)
             self.process_number += self.client_count
         else:
             # Did not run, changed nothing, or was rolled back by recovery (RolledBack: its
             # writes are gone everywhere, as if it had aborted).
+            self._settled(operation, "fail")
             self._complete("fail", operation.value)
+
+    @staticmethod
+    def _settled(operation: Operation, outcome: str) -> None:
+        if operation.settled is not None:
+            operation.settled(outcome)
 
     def _complete(self, op_type: str, value: Any) -> None:
         assert self.current is not None

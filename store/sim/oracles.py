@@ -219,6 +219,8 @@ class Recorder:
         readers: dict[tuple[str, int], list[int]] = {}
         for txn_id, cert in certified.items():
             for key, writer in cert.reads:
+                if not writer:
+                    writer = self._dropped_tombstone(key, self.certified_step[txn_id])
                 readers.setdefault((key, writer), []).append(txn_id)
                 if writer and writer in certified:
                     edges.append((txn_id, writer, "wr", key))
@@ -234,6 +236,18 @@ class Recorder:
                         edges.append((writer, reader, "rw", key))
         edges.extend(self._phantom_dependencies())
         return edges
+
+    def _dropped_tombstone(self, key: str, step: int) -> int:
+        """Whose version a read of ``key`` as absent, certified at ``step``, saw: 0 for the
+        key before anything was written to it, or the writer of the tombstone the key's
+        newest version before then was. The store drops a durable tombstone with nothing
+        above it, and a read of the key after that carries no writer (stamp 0): without
+        this it would read as a read of the key's first absence, older than every write."""
+        versions = self.versions.get(key, ())
+        at = bisect.bisect_left([v[4] for v in versions], step)
+        if at and versions[at - 1][2]:
+            return versions[at - 1][0]
+        return 0
 
     def _phantom_dependencies(self) -> list[tuple[int, int, str, str]]:
         """A key inserted into a range a transaction scanned, after it was certified, by a
@@ -288,7 +302,8 @@ class Recorder:
         return violations
 
     def closure_violations(self) -> list[str]:
-        """Points at which a transaction was admitted before one it depends on."""
+        """Points at which a transaction was admitted before one it depends on (admitted: at
+        the first point its full clock is under, and not before it was certified)."""
         chain = self.known_chain
         full = {txn_id: cert.full for txn_id, cert in self.certifications.items()}
         admitted: dict[int, int] = {}
@@ -313,7 +328,9 @@ class Recorder:
         for dependent, dependency, kind, key in self.dependencies():
             if dependent in gone or dependency in gone:
                 continue
-            at = admission(dependent)
+            # Not before it was certified: a clock may leave out what was durable by then
+            # (a read of a dropped tombstone carries no clock at all).
+            at = max(admission(dependent), self.known_at_certification[dependent])
             if at < len(chain) and admission(dependency) > at:
                 self._note(
                     violations,

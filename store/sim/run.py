@@ -77,6 +77,7 @@ class SimOptions:
     wan_rtt_ms: float = 50.0
     scan_fraction: float = 0.15  # list-append: share of micro-operations that scan a range
     reverse_fraction: float = 0.0  # list-append: share of scans that read from the range's end
+    clear_fraction: float = 0.0  # list-append: share of operations that clear retired keys
     replicated: bool = False  # the workload's table is replicated: read locally, written everywhere
     snapshot_fraction: float = 0.1  # with followers: share of client operations that read one
     crashes: bool = False  # crash shard leaders during the load (followers take over)
@@ -96,6 +97,7 @@ OPTION_FLAGS = {
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
     "scan_fraction": "--scan-fraction", "reverse_fraction": "--reverse-fraction",
+    "clear_fraction": "--clear-fraction",
     "snapshot_fraction": "--snapshot-fraction",
     "crashes": "--crashes", "scenario": "--scenario", "disk": "--disk",
     "replicated": "--replicated",
@@ -131,6 +133,7 @@ class SeedResult:
     majority_crashes: int = 0  # times two replicas of one shard were down at once (--disk)
     restores: int = 0  # restarted replicas that went on from their own snapshot (--disk)
     rolled_back: int = 0
+    ranges_cleared: int = 0  # list-append: clear_range transactions that committed
 
     @property
     def valid(self) -> bool:
@@ -190,7 +193,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     elif options.workload == "list-append":
         workload = ListAppend(
             sim.rng, scan_fraction=options.scan_fraction,
-            reverse_fraction=options.reverse_fraction,
+            reverse_fraction=options.reverse_fraction, clear_fraction=options.clear_fraction,
         )
     else:
         raise ValueError(f"no workload {options.workload!r}")
@@ -341,6 +344,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         majority_crashes=crashes.majority_down if crashes is not None else 0,
         restores=cluster.restores,
         rolled_back=len(recorder.rolled_back_txns),
+        ranges_cleared=getattr(workload, "ranges_cleared", 0),
         client_errors=dict(sorted(client_errors.items())),
     )
 
@@ -681,6 +685,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "majority_crashes": sum(r.majority_crashes for r in results),
         "restores": sum(r.restores for r in results),
         "rolled_back": sum(r.rolled_back for r in results),
+        "ranges_cleared": sum(r.ranges_cleared for r in results),
         "lost_committed": sum(1 for r in results if "lost-committed" in r.anomaly_kinds),
         "client_errors": _add_counts(r.client_errors for r in results),
         "anomalies": sum(r.anomalies for r in results),

@@ -25,11 +25,18 @@ class Operation:
     value: Any
     complete: Callable[[Any], Any]
     keys: list[str]
+    # Told how the operation ended ("ok", "fail" or "info"), after ``complete`` for "ok".
+    settled: Callable[[str], None] | None = None
 
 
 def list_append_key(k: int) -> str:
     # Zero-padded, so that key order is number order and a range of keys is a range of k.
     return f"la/{k:06d}"
+
+
+def cleared_key(k: int) -> str:
+    """The history's name for "key k was cleared": a key of the history only, never stored."""
+    return f"cleared/{k}"
 
 
 class ListAppend:
@@ -40,6 +47,18 @@ class ListAppend:
     workload has ever handed out — absent keys read as empty lists — up to the last key
     returned when the scan was cut short by its limit, so the list-append checker sees
     phantoms: a key inserted into a scanned range is a read the scan must agree with.
+
+    With ``clear_fraction``, that share of operations clears a range of 1..3 retired keys
+    (``clear_range``) once the workload knows every append to them has ended, none with an
+    unknown outcome: from then on each such key holds its final list F or, once cleared,
+    nothing, for ever. A list-append history cannot say "emptied", so the clear is recorded
+    as a read of each key (its own scan, F) and an append of a unique marker X to a key of
+    the history only, ``cleared/k``. A later read of k that shows a list says ``cleared/k``
+    was still empty; one that shows nothing says ``cleared/k`` holds [X] when it began after
+    k's first append was acknowledged (k was not empty then, so only the clear can have
+    emptied it), and is left out of the history otherwise (it may have run before that
+    append). So a read that misses a finished clear is an rw edge against real time, and a
+    read that sees one before it began, or sees a failed one, is caught too.
     """
 
     name = "list-append"
@@ -54,6 +73,7 @@ class ListAppend:
         scan_fraction: float = 0.0,
         scan_span_max: int = 5,
         reverse_fraction: float = 0.0,
+        clear_fraction: float = 0.0,
     ) -> None:
         self.rng = rng
         self.max_ops = max_ops
@@ -62,13 +82,27 @@ class ListAppend:
         self.scan_fraction = scan_fraction
         self.scan_span_max = scan_span_max
         self.reverse_fraction = reverse_fraction
+        self.clear_fraction = clear_fraction
         self.active = list(range(active_keys))
         self.next_key = active_keys
         self.appends: dict[int, int] = {}
         self.next_value = 1
+        # What a clear needs to know of each key (see the class docstring).
+        self.clock = 0  # counts invocations and endings: orders them as the history does
+        self.pending: dict[int, int] = {}  # appends invoked and not ended, by key
+        self.unknown: set[int] = set()  # keys an append with an unknown outcome went to
+        self.first_ok: dict[int, int] = {}  # clock when k's first append was acknowledged
+        self.retired: list[int] = []  # keys no longer handed out for appends, not cleared
+        self.markers: dict[int, int] = {}  # key cleared (or being cleared) -> its marker
+        self.ranges_cleared = 0  # clears that committed
 
     def next(self) -> Operation:
         rng = self.rng
+        self.clock += 1
+        if self.clear_fraction and rng.random() < self.clear_fraction:
+            clear = self._clear()
+            if clear is not None:
+                return clear
         micro: list[list[Any]] = []
         ops: list[list[Any]] = []
         keys: list[str] = []
@@ -96,22 +130,90 @@ class ListAppend:
                 ops.append(["append", list_append_key(k), value])
                 keys.append(list_append_key(k))
                 self.appends[k] = self.appends.get(k, 0) + 1
+                self.pending[k] = self.pending.get(k, 0) + 1
                 if self.appends[k] >= self.appends_per_key_max:
                     self.active[slot] = self.next_key
                     self.next_key += 1
+                    self.retired.append(k)
+        began = self.clock
 
         def complete(results: Any) -> Any:
             done = []
             for mop, result in zip(micro, results, strict=True):
                 if mop[0] == "scan":
-                    done.extend(self._scan_reads(mop, result))
+                    for read in self._scan_reads(mop, result):
+                        done.extend(self._read(read[1], read[2], began))
                 elif mop[0] == "r":
-                    done.append(["r", mop[1], list(result) if result is not None else []])
+                    done.extend(self._read(mop[1], list(result) if result is not None else [], began))
                 else:
                     done.append(mop)
             return done
 
-        return Operation(OPS_PROCEDURE, [ops], "txn", self._invoked(micro), complete, keys)
+        appended = [mop[1] for mop in micro if mop[0] == "append"]
+
+        def settled(outcome: str) -> None:
+            self.clock += 1
+            for k in appended:
+                self.pending[k] -= 1
+                if outcome == "ok":
+                    self.first_ok.setdefault(k, self.clock)
+                elif outcome == "info":
+                    self.unknown.add(k)
+
+        return Operation(
+            OPS_PROCEDURE, [ops], "txn", self._invoked(micro), complete, keys, settled
+        )
+
+    def _read(self, k: int, found: list[Any], began: int) -> list[list[Any]]:
+        """The history's reads for a read of key k that found ``found`` (see the class
+        docstring on cleared keys)."""
+        marker = self.markers.get(k)
+        if marker is None:
+            return [["r", k, found]]
+        if found:
+            return [["r", k, found], ["r", cleared_key(k), []]]
+        if began > self.first_ok[k]:
+            return [["r", cleared_key(k), [marker]]]
+        return []  # it may have run before k held anything: no evidence either way
+
+    def _clearable(self, k: int) -> bool:
+        return not self.pending.get(k) and k not in self.unknown
+
+    def _clear(self) -> Operation | None:
+        """A transaction that scans a range of retired, settled keys and clears it; None when
+        no key may be cleared now."""
+        ready = [k for k in self.retired if self._clearable(k)]
+        if not ready:
+            return None
+        lo = self.rng.choice(ready)
+        hi = lo + 1
+        while hi - lo < 3 and hi in self.retired and self._clearable(hi):
+            hi += 1
+        marked: list[int] = []
+        for k in range(lo, hi):
+            self.retired.remove(k)
+            if k in self.first_ok:  # else it holds nothing: clearing it changes nothing
+                self.markers[k] = self.next_value
+                self.next_value += 1
+                marked.append(k)
+        ops = [
+            ["scan", list_append_key(lo), list_append_key(hi), hi - lo],
+            ["clear_range", list_append_key(lo), list_append_key(hi)],
+        ]
+        marks = [["append", cleared_key(k), self.markers[k]] for k in marked]
+
+        def complete(results: Any) -> Any:
+            seen = {int(key.split("/", 1)[1]): list(value) for key, value in results[0]}
+            return [["r", k, seen.get(k, [])] for k in range(lo, hi)] + marks
+
+        def settled(outcome: str) -> None:
+            self.clock += 1
+            self.ranges_cleared += outcome == "ok"
+
+        invoked = [["r", k, None] for k in range(lo, hi)] + marks
+        return Operation(
+            OPS_PROCEDURE, [ops], "txn", invoked, complete, [list_append_key(lo)], settled
+        )
 
     def _invoked(self, micro: list[list[Any]]) -> list[list[Any]]:
         """The invocation's value: a scan is a read of every key of its range handed out."""

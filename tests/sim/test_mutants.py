@@ -16,6 +16,8 @@ workload that reaches it; the oracle or checker named must object. The rules:
   at the other shard, stamped there with the whole clock: ``Participant.prepare``);
 * a follower's visibility rule: a snapshot shows a version only if its clock is at or below
   the follower's vector watermark (DESIGN.md §4);
+* a scan shows a key's tombstone, not the version below it (clear_range's deletes,
+  checked through the list-append workload's clears);
 * a coordinator retries a decided transaction's installs for as long as a participant is
   unreachable (only undecided ones may be given up).
 """
@@ -30,6 +32,7 @@ from store.core import coordinator as coordinator_module
 from store.core import participant as participant_module
 from store.core.follower import ShardFollower
 from store.core.participant import Participant
+from store.core.partition import table_of
 from store.core.storage import VersionedStore
 from store.sim.run import SimOptions, run_many
 
@@ -101,6 +104,34 @@ def test_a_reverse_scan_cut_short_covers_its_range_from_its_last_key_up(
     monkeypatch.setattr(participant_module, "covered_range", as_if_forward)
     summary = run_many([1, 5], REVERSE)
     assert {"G2-item", "G-single", "dependency-uncovered"} & set(summary["seeds_with_anomalies"])
+
+
+def test_a_scan_that_reads_past_a_tombstone_is_caught_by_the_clears_in_the_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutant's scans show the version below a key's tombstone, so a key cleared by
+    ``clear_range`` reappears in later scans: the list-append checker sees the clear missed
+    by reads that began after it finished (``cleared/k`` markers, store.sim.workloads)."""
+
+    def past_tombstones(self: VersionedStore, lo: str, hi: str, limit: int) -> list[Any]:
+        table = self._tables.get(table_of(lo))
+        if table is None or limit == 0:
+            return []
+        found = []
+        for key in table.irange(lo, hi, inclusive=(True, False), reverse=limit < 0):
+            version = self.latest(key)
+            chain = self._chains[key]
+            if version is not None and version.deleted and len(chain) > 1:
+                version = chain[-2]
+            if version is not None and not version.deleted:
+                found.append((key, version))
+                if len(found) >= abs(limit):
+                    break
+        return found
+
+    monkeypatch.setattr(VersionedStore, "scan", past_tombstones)
+    summary = run_many([0, 1], SimOptions(scan_fraction=0.4, clear_fraction=0.1))
+    assert "G-single-realtime" in summary["seeds_with_anomalies"], summary["seeds_with_anomalies"]
 
 
 def test_without_the_read_stamps_of_single_shard_transactions(
