@@ -168,9 +168,64 @@ def _unpack_escaped(packed: str, at: int) -> tuple[str, int]:
 
 
 def check_packed(key: str) -> None:
-    """Raises InvalidRequest unless ``key`` is a packing (``pack(unpack(key)) == key``)."""
-    if pack(unpack(key)) != key:
-        raise InvalidRequest("not a packed key")
+    """Raises InvalidRequest unless ``key`` is a packing (``pack(unpack(key)) == key``), as
+    ``unpack`` would, without building the tuple (a server checks every packed key of
+    every request)."""
+    if not key:
+        raise InvalidRequest("an empty tuple is not a key")
+    _check_items(key, 0, nested=False, depth=0)
+
+
+def _check_items(packed: str, at: int, *, nested: bool, depth: int) -> int:
+    size = len(packed)
+    while at < size:
+        code = ord(packed[at])
+        if code in (STRING, BYTES):
+            at += 1
+            while True:
+                zero = packed.find("\x00", at)
+                if zero < 0:
+                    raise InvalidRequest("a packed key's string or bytes is not closed")
+                if zero > at:
+                    body = packed[at:zero]
+                    top = max(body)
+                    if top > "\xff":
+                        raise InvalidRequest("a packed key holds a character above 0xFF")
+                    if code == STRING and top >= "\x80":
+                        # UTF-8 never splits a character around 0x00: each part decodes alone.
+                        try:
+                            body.encode("latin-1").decode()
+                        except UnicodeError:
+                            raise InvalidRequest("a packed key's string is not UTF-8") from None
+                if packed.startswith("\xff", zero + 1):
+                    at = zero + 2
+                else:
+                    at = zero + 1
+                    break
+        elif INT_ZERO - INT_BYTES_MAX <= code <= INT_ZERO + INT_BYTES_MAX:
+            n = code - INT_ZERO
+            if n:
+                width = abs(n)
+                body = packed[at + 1 : at + 1 + width]
+                if len(body) != width or max(body) > "\xff":
+                    raise InvalidRequest("a packed key's integer is cut short")
+                # Shortest form: no leading 0x00 byte (a positive integer), 0xFF (a negative).
+                if body[0] == ("\x00" if n > 0 else "\xff"):
+                    raise InvalidRequest("a packed key's integer is not in its shortest form")
+                at += 1 + width
+            else:
+                at += 1
+        elif code == NESTED:
+            if depth >= _DEPTH_MAX:
+                raise InvalidRequest(f"a key's tuples nest deeper than {_DEPTH_MAX} levels")
+            at = _check_items(packed, at + 1, nested=True, depth=depth + 1)
+        elif code == 0 and nested:
+            return at + 1
+        else:
+            raise InvalidRequest(f"not a packed key: type code {code:#x} at {at}")
+    if nested:
+        raise InvalidRequest("a packed key's nested tuple is not closed")
+    return at
 
 
 def to_stored(key: object) -> str:
@@ -200,21 +255,54 @@ def prefix_range(prefix: tuple[Element, ...]) -> tuple[str, str]:
 
 
 def first_element_end(packed: str) -> int:
-    """Where the first element of a packing ends (its table is ``packed[:end]``)."""
-    code = ord(packed[0])
-    if code in (BYTES, STRING):
-        at = 1
+    """Where the first element of a packing ends (its table is ``packed[:end]``); the whole
+    string if it does not end."""
+    end = element_end(packed, 0)
+    return end if end >= 0 else len(packed)
+
+
+def element_end(packed: str, at: int) -> int:
+    """Where the element of a packing that starts at ``at`` ends; -1 if none starts there
+    or it is cut short. Finds the end only: the element is not checked."""
+    if at >= len(packed):
+        return -1
+    code = ord(packed[at])
+    if code in (STRING, BYTES):
+        at += 1
         while True:
             zero = packed.find("\x00", at)
             if zero < 0:
-                return len(packed)
+                return -1
             if packed.startswith("\xff", zero + 1):
                 at = zero + 2
             else:
                 return zero + 1
     if INT_ZERO - INT_BYTES_MAX <= code <= INT_ZERO + INT_BYTES_MAX:
-        return min(len(packed), 1 + abs(code - INT_ZERO))
+        end = at + 1 + abs(code - INT_ZERO)
+        return end if end <= len(packed) else -1
     if code == NESTED:
-        _, end = _unpack_items(packed, 1, nested=True, depth=1)
+        try:
+            _, end = _unpack_items(packed, at + 1, nested=True, depth=1)
+        except InvalidRequest:
+            return -1
         return end
-    return len(packed)
+    return -1
+
+
+def int_element(packed: str, at: int) -> tuple[int, int] | None:
+    """The integer element of a packing that starts at ``at``, and where it ends; None if
+    no integer starts there."""
+    if at >= len(packed):
+        return None
+    n = ord(packed[at]) - INT_ZERO
+    if not -INT_BYTES_MAX <= n <= INT_BYTES_MAX:
+        return None
+    width = abs(n)
+    end = at + 1 + width
+    if end > len(packed):
+        return None
+    try:
+        magnitude = int.from_bytes(packed[at + 1 : end].encode("latin-1"), "big")
+    except UnicodeError:
+        return None
+    return (magnitude if n >= 0 else magnitude - (1 << (8 * width)) + 1), end

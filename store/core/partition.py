@@ -14,8 +14,17 @@ import functools
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
-from store.core.errors import InvalidRequest
-from store.core.keys import PACKED_BELOW, PREFIX_END, first_element_end, pack, unpack
+from store.core.keys import (
+    PACKED_BELOW,
+    PREFIX_END,
+    element_end,
+    first_element_end,
+    int_element,
+    pack,
+)
+
+# Keys whose shard a PrefixPartitioner remembers.
+HOMES_CACHED = 1 << 17
 
 
 def table_of(key: str) -> str:
@@ -107,61 +116,92 @@ class PrefixPartitioner(Partitioner):
         self._default = (field, ()) if field is not None else None
         self.tables = dict(tables or {})
         self.replicated = bool(self.replicated_tables)
+        # Placement asks for the same keys again and again (each is read, locked, written
+        # and installed): a key's home is remembered, for the most recent keys.
+        self._home = functools.lru_cache(maxsize=HOMES_CACHED)(self._home_of)
+
+    def _home_of(self, key: str) -> int:
+        """The key's shard; -1 for a replicated table's key (on every shard)."""
+        if table_of(key) in self._replicated:
+            return -1
+        placed = self._placed(key)
+        return placed if placed is not None else super().shard_of(key)
 
     def is_replicated(self, key: str) -> bool:
-        return table_of(key) in self._replicated
+        return self._home(key) < 0
 
     def owns_all(self, keys: Sequence[str], shard: int) -> bool:
         """Whether every key is on ``shard``; a replicated table's keys are on every shard
         (its writes are not: the coordinator sends those to all shards)."""
-        shard_of, replicated = self.shard_of, self._replicated
-        return all(shard_of(key) == shard or table_of(key) in replicated for key in keys)
+        home = self._home
+        for key in keys:
+            at = home(key)
+            if at != shard and at >= 0:
+                return False
+        return True
 
     def _rule(self, key: str) -> tuple[int, tuple[int, ...]] | None:
         return self._rules.get(table_of(key), self._default)
 
-    def _fields(self, key: str, field: int) -> list[object] | None:
-        """The key's elements (a string key's path parts) up to ``field``; None if it has
-        no integer there. The end of a prefix's range (a packing and 0xFF) is its prefix."""
+    def _field(self, key: str, field: int) -> tuple[int, object] | None:
+        """The key's integer at ``field`` (a tuple key's element, a string key's path part)
+        and its head, everything up to and with that field (what a range must share to be
+        on one shard); None if it has no integer there. The end of a prefix's range (a
+        packing and 0xFF) and a key's successor (a packing and 0x00) place as it does."""
         if key < PACKED_BELOW:
-            items = _unpacked(key)
-            if items is None:
+            at = 0
+            for _ in range(field):
+                at = element_end(key, at)
+                if at < 0:
+                    return None
+            found = int_element(key, at)
+            if found is None:
                 return None
-            head = list(items[: field + 1])
-        else:
-            parts = key.split("/", field + 1)
-            if len(parts) <= field or not parts[field].isdigit():
-                return None
-            head = [*parts[:field], int(parts[field])]
-        if len(head) <= field or type(head[field]) is not int:
+            return found[0], key[: found[1]]
+        parts = key.split("/", field + 1)
+        if len(parts) <= field or not parts[field].isdigit():
             return None
-        return head
+        value = int(parts[field])
+        return value, (*parts[:field], value)
 
     def _placed(self, key: str) -> int | None:
-        rule = self._rule(key)
-        if rule is None:
+        if key < PACKED_BELOW:  # a tuple key: its table (the first element), then the rule
+            at = element_end(key, 0)
+            if at < 0:
+                return None
+            rule = self._rules.get(key[:at], self._default)
+            if rule is None:
+                return None
+            field, splits = rule
+            for _ in range(field - 1):
+                at = element_end(key, at)
+                if at < 0:
+                    return None
+            found: tuple[int, object] | None = int_element(key, at)
+        else:
+            rule = self._rule(key)
+            if rule is None:
+                return None
+            field, splits = rule
+            found = self._field(key, field)
+        if found is None:
             return None
-        field, splits = rule
-        head = self._fields(key, field)
-        if head is None:
-            return None
-        value = head[field]
-        assert isinstance(value, int)
+        value = found[0]
         if splits:
             return min(bisect.bisect_right(splits, value), self.shard_count - 1)
         return value % self.shard_count
 
     def shard_of(self, key: str) -> int:
-        placed = self._placed(key)
-        return placed if placed is not None else super().shard_of(key)
+        at = self._home(key)
+        return at if at >= 0 else super().shard_of(key)  # a replicated key: routing only
 
     def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
         rule = self._rule(lo)
         if rule is None or table_of(lo) in self._replicated:
             return range(self.shard_count)
         field = rule[0]
-        lo_head, hi_head = self._fields(lo, field), self._fields(hi, field)
-        if lo_head is not None and lo_head == hi_head:
+        lo_field, hi_field = self._field(lo, field), self._field(hi, field)
+        if lo_field is not None and hi_field is not None and lo_field[1] == hi_field[1]:
             placed = self._placed(lo)
             assert placed is not None
             return (placed,)
@@ -170,20 +210,3 @@ class PrefixPartitioner(Partitioner):
 
 def _both_names(tables: Iterable[str]) -> list[str]:
     return [name for table in tables for name in (table, pack((table,)))]
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _unpacked(key: str) -> tuple[object, ...] | None:
-    """A packed key's elements (cached: placement asks for the same keys again and again);
-    the end of a prefix's range (0xFF after a packing) is its prefix, and so is a key's
-    successor (0x00 after it) its key; None for what is neither."""
-    try:
-        return unpack(key)
-    except InvalidRequest:
-        pass
-    if key[-1:] in (PREFIX_END, "\x00"):
-        try:
-            return unpack(key[:-1])
-        except InvalidRequest:
-            return None
-    return None

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.core.errors import InvalidRequest
-from store.core.keys import from_stored, pack, prefix_range, to_stored, unpack
+from store.core.keys import check_packed, from_stored, pack, prefix_range, to_stored, unpack
 from store.core.partition import in_one_table, table_end, table_of
 
 INT64 = st.integers(min_value=-(1 << 64) + 1, max_value=(1 << 64) - 1)
@@ -113,3 +113,46 @@ def test_keys_that_cannot_be_packed_are_refused(key: Any, error: str) -> None:
 def test_malformed_packings_are_refused(packed: str) -> None:
     with pytest.raises(InvalidRequest):
         unpack(packed)
+
+
+def _roundtrips(packed: str) -> bool:
+    """The definition check_packed implements without building the tuple."""
+    try:
+        return pack(unpack(packed)) == packed
+    except InvalidRequest:
+        return False
+
+
+def _accepted(packed: str) -> bool:
+    try:
+        check_packed(packed)
+    except InvalidRequest:
+        return False
+    return True
+
+
+# Strings shaped like packings: elements of a type code (or none), a body and perhaps an
+# end, from the characters packings are made of and a few they never hold.
+CHUNKS = st.tuples(
+    st.sampled_from(["\x01", "\x02", "\x05", "\x0b", "\x0c", "\x13", "\x14", "\x15", "\x16",
+                     "\x1c", "\x1d", "\x00", ""]),
+    st.text(alphabet="\x00\xff\xc3\xa9\x80a\u0100", max_size=3),
+    st.sampled_from(["", "\x00", "\x00\xff"]),
+).map("".join)
+PIECES = st.lists(CHUNKS, max_size=4).map("".join)
+
+
+@settings(max_examples=500)
+@given(st.one_of(PIECES, KEYS.map(pack)))
+def test_a_packed_keys_check_accepts_exactly_the_packings(packed: str) -> None:
+    assert _accepted(packed) == _roundtrips(packed)
+
+
+@pytest.mark.parametrize(
+    "packed",
+    ["\x02abc", "\x15", "\x16\x00\x05", "\x05\x15\x01", "\x03", "\x02\xc3\x00", "\x02a\u0100\x00",
+     "\x00", "\x13\xff", "", "\x01\u0100\x00", "\x15\u0100", "\x05\x02\xc3\x00\x00"],
+)
+def test_a_packed_keys_check_refuses_malformed_packings(packed: str) -> None:
+    with pytest.raises(InvalidRequest):
+        check_packed(packed)

@@ -3,9 +3,12 @@ file's ``[placement]``; replicated tables; ranges served by one shard when they 
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from store.config import ConfigError, from_dict
 from store.core.keys import pack, prefix_range
@@ -55,6 +58,44 @@ def test_replicated_tables_are_on_every_shard() -> None:
     # A transaction of warehouse 1's keys and ITEM reads stays on warehouse 1's shard.
     assert partitioner.owns_all([pack(("stock", 1, 5)), pack(("item", 5))], 1)
     assert not partitioner.owns_all([pack(("stock", 1, 5)), pack(("stock", 2, 5))], 1)
+
+
+ELEMENTS = st.one_of(
+    st.integers(min_value=-(1 << 64) + 1, max_value=(1 << 64) - 1), st.text(max_size=4),
+    st.binary(max_size=3), st.tuples(st.integers(min_value=0, max_value=300)),
+)
+TUPLES = st.tuples(
+    st.sampled_from(["stock", "orders", "item", "other"]), st.lists(ELEMENTS, max_size=3),
+).map(lambda parts: (parts[0], *parts[1]))
+
+
+@given(TUPLES)
+def test_a_tuple_keys_shard_follows_its_tables_rule(key: tuple[Any, ...]) -> None:
+    """The shard, computed from the tuple itself: the rule's field an integer, else a hash;
+    a prefix's range end and a key's successor place as the key does."""
+    partitioner = _config(
+        {"replicated": ["item"], "tables": {"orders": {"field": 2, "splits": [10, 20, 30]}}},
+        partitioner="prefix",
+    ).partitioner()
+    field, splits = {"orders": (2, [10, 20, 30])}.get(key[0], (1, []))
+    packed = pack(key)
+    hashed = zlib.crc32(packed.encode()) % 4
+    if key[0] == "item":
+        expected = hashed  # replicated: hashed for routing only
+    elif len(key) > field and type(key[field]) is int:
+        value = key[field]
+        expected = min(sum(1 for split in splits if split <= value), 3) if splits else value % 4
+    else:
+        expected = hashed
+    assert partitioner.shard_of(packed) == expected
+    assert partitioner.is_replicated(packed) == (key[0] == "item")
+    assert partitioner.owns_all([packed], expected) and (
+        key[0] == "item" or not partitioner.owns_all([packed], (expected + 1) % 4)
+    )
+    if len(key) > field and type(key[field]) is int and key[0] != "item":
+        lo, hi = prefix_range(key[: field + 1])
+        assert list(partitioner.shards_of_range(lo, hi)) == [expected]
+        assert list(partitioner.shards_of_range(packed + "\x00", hi)) == [expected]
 
 
 def test_status_shows_the_placement() -> None:
