@@ -100,11 +100,43 @@ def _pack_int(value: int) -> str:
 
 def unpack(packed: str) -> tuple[Element, ...]:
     """The tuple ``pack`` made ``packed`` from; raises InvalidRequest for anything else."""
+    fast = _unpack_flat(packed)
+    if fast is not None:
+        return fast
     items, end = _unpack_items(packed, 0, nested=False, depth=0)
     assert end == len(packed)
     if not items:
         raise InvalidRequest("an empty tuple is not a key")
     return tuple(items)
+
+
+def _unpack_flat(packed: str) -> tuple[Element, ...] | None:
+    """``unpack`` of the common packing, a flat tuple of ASCII strings and non-negative
+    integers without a 0x00 inside (most keys); None for anything else, which the general
+    parse then reads or refuses."""
+    items: list[Element] = []
+    at, size = 0, len(packed)
+    while at < size:
+        code = ord(packed[at])
+        if code == STRING:
+            zero = packed.find("\x00", at + 1)
+            if zero < 0 or packed.startswith("\xff", zero + 1):
+                return None
+            body = packed[at + 1 : zero]
+            if not body.isascii():
+                return None
+            items.append(body)
+            at = zero + 1
+        elif INT_ZERO <= code <= INT_ZERO + INT_BYTES_MAX:
+            end = at + 1 + code - INT_ZERO
+            body = packed[at + 1 : end]
+            if len(body) != code - INT_ZERO or (body and (body[0] == "\x00" or max(body) > "\xff")):
+                return None
+            items.append(int.from_bytes(body.encode("latin-1"), "big"))
+            at = end
+        else:
+            return None
+    return tuple(items) if items else None
 
 
 def _unpack_items(packed: str, at: int, *, nested: bool, depth: int) -> tuple[list[Element], int]:
