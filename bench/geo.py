@@ -41,6 +41,7 @@ Not measured: the load generator shares the machine with the cluster, and one cl
 process (12 coroutines by default) drives every run.
 
     python bench/geo.py [--clients 12] [--duration 15] [--drain 15] [--json]
+    python bench/geo.py --fsync-pairs 4 [--duration 20]   # fsync on/off only, ABBA pairs
 """
 
 from __future__ import annotations
@@ -236,6 +237,67 @@ def run_configuration(
         cluster.stop()
 
 
+def fsync_pairs(args: argparse.Namespace, quiet: bool) -> None:
+    """``--fsync-pairs N``: what durability costs, measured as like with like. Each pair runs
+    rtt50 with fsync on and off back to back, in ABBA order over the pairs (on-off, off-on,
+    ...) so that drift over the invocation (page cache, the machine's other load) falls on
+    both sides alike; the result is the median of the pairs' ratios."""
+    import statistics
+
+    pairs = []
+    with tempfile.TemporaryDirectory(prefix="meridian-geo-") as scratch:
+        for index in range(args.fsync_pairs):
+            order = (True, False) if index % 2 == 0 else (False, True)
+            pair: dict[bool, dict[str, Any]] = {}
+            for turn, fsync in enumerate(order):
+                port = args.base_port + 1000 * (2 * index + turn) % 20_000
+                pair[fsync] = run_configuration(
+                    Path(scratch), 50.0, True, fsync, port, args, quiet
+                )
+            on, off = pair[True], pair[False]
+            pairs.append({
+                "fsync_ratio_certified": round(
+                    on["certified_txn_per_s"] / max(off["certified_txn_per_s"], 1e-9), 3
+                ),
+                "fsync_ratio_committed": round(
+                    on["committed_txn_per_s"] / max(off["committed_txn_per_s"], 1e-9), 3
+                ),
+                "committed_p50_over_rtt": round(on["committed_p50_ms"] / 50.0, 3),
+                "certified_txn_per_s": on["certified_txn_per_s"],
+                "certified_txn_per_s_nofsync": off["certified_txn_per_s"],
+                "committed_p50_ms": on["committed_p50_ms"],
+                "committed_p50_ms_nofsync": off["committed_p50_ms"],
+            })
+    result = {
+        "clients": args.clients,
+        "duration_s": args.duration,
+        "pairs": pairs,
+        **{
+            f"median_{key}": statistics.median(p[key] for p in pairs)
+            for key in ("fsync_ratio_certified", "fsync_ratio_committed", "committed_p50_over_rtt")
+        },
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"fsync on / off at 50 ms, {len(pairs)} pairs back to back, {args.clients} clients, "
+        f"{args.duration:g} s window per run"
+    )
+    for number, pair in enumerate(pairs):
+        print(
+            f"  pair {number}: certified {pair['certified_txn_per_s']:,.0f}/s vs "
+            f"{pair['certified_txn_per_s_nofsync']:,.0f}/s (ratio {pair['fsync_ratio_certified']}),"
+            f" committed ratio {pair['fsync_ratio_committed']}, committed p50 "
+            f"{pair['committed_p50_ms']:.1f} ms ({pair['committed_p50_over_rtt']} x the round trip)"
+        )
+    print(
+        f"  median ratio: certified {result['median_fsync_ratio_certified']}, committed "
+        f"{result['median_fsync_ratio_committed']}; committed p50 "
+        f"{result['median_committed_p50_over_rtt']} x the round trip"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=12, help="closed-loop clients, every run")
@@ -248,9 +310,17 @@ def main() -> None:
         "--drain", type=float, default=15.0,
         help="seconds to wait after the window for the window's commits (counted apart)",
     )
+    parser.add_argument(
+        "--fsync-pairs", type=int, default=0, metavar="N",
+        help="only the fsync comparison: N pairs of rtt50 with fsync on and off, back to back "
+        "(ABBA order), the median of the pairs' ratios",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     quiet = args.json and not sys.stderr.isatty()
+    if args.fsync_pairs:
+        fsync_pairs(args, quiet)
+        return
     with tempfile.TemporaryDirectory(prefix="meridian-geo-") as scratch:
         runs = {}
         for index, (name, rtt, speculation, fsync) in enumerate(CONFIGURATIONS):
