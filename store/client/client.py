@@ -252,6 +252,20 @@ class Client:
         lo, hi = _prefix_range(prefix)
         return await self.scan(lo, hi, limit, reverse=reverse)
 
+    async def keys(
+        self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False,
+    ) -> list[Key]:
+        """The keys of ``[lo, hi)`` as ``scan`` finds them, without their values (which
+        never leave the server)."""
+        found: list[Key] = (await self.run_ops([["keys", lo, hi, _signed(limit, reverse)]]))[0]
+        return found
+
+    async def count(self, lo: Key, hi: Key, limit: int = 1000) -> int:
+        """How many keys ``[lo, hi)`` holds, counting up to ``limit`` (at most the
+        settings' scan limit): a scan that answers with a number."""
+        counted: int = (await self.run_ops([["count", lo, hi, limit]]))[0]
+        return counted
+
     async def clear_range(self, lo: Key, hi: Key) -> int:
         """Deletes every key of ``[lo, hi)`` (one table, fewer keys than the scan limit) in
         one transaction; returns how many there were."""
@@ -481,6 +495,14 @@ class _OpsBuilder:
         self.ops.append(["scan", lo, hi, _signed(limit, reverse)])
         return self
 
+    def keys(self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False) -> Self:
+        self.ops.append(["keys", lo, hi, _signed(limit, reverse)])
+        return self
+
+    def count(self, lo: Key, hi: Key, limit: int = 1000) -> Self:
+        self.ops.append(["count", lo, hi, limit])
+        return self
+
     def clear_range(self, lo: Key, hi: Key) -> Self:
         self.ops.append(["clear_range", lo, hi])
         return self
@@ -496,6 +518,10 @@ class _OpsBuilder:
     def compare_and_set(self, key: Key, expected: Any, new: Any) -> Self:
         self.ops.append(["cas", key, expected, new])
         return self
+
+
+# Operations whose second argument is a range's upper bound.
+_RANGE_OPS = ("scan", "keys", "count", "clear_range")
 
 
 def _signed(limit: int, reverse: bool) -> int:
@@ -518,7 +544,7 @@ def _stored_ops(ops: object) -> list[list[Any]]:
         op = list(op)
         if len(op) > 1 and type(op[1]) is tuple:
             op[1] = to_stored(op[1])
-        if op[0] in ("scan", "clear_range") and len(op) > 2 and type(op[2]) is tuple:
+        if op[0] in _RANGE_OPS and len(op) > 2 and type(op[2]) is tuple:
             op[2] = to_stored(op[2])
         stored.append(op)
     return stored
@@ -531,6 +557,8 @@ def _typed_results(ops: list[list[Any]], results: list[Any]) -> None:
             for pair in result:
                 if type(pair[0]) is list:
                     pair[0] = tuple_of(pair[0])
+        elif op[0] == "keys" and type(result) is list:
+            result[:] = [tuple_of(key) if type(key) is list else key for key in result]
 
 
 class TxnBuilder(_OpsBuilder):
@@ -653,6 +681,12 @@ class BlockingClient:
         self, prefix: tuple[Element, ...], limit: int = 100, *, reverse: bool = False,
     ) -> list[tuple[Key, Any]]:
         return self._call(self._client.scan_prefix(prefix, limit, reverse=reverse))
+
+    def keys(self, lo: Key, hi: Key, limit: int = 100, *, reverse: bool = False) -> list[Key]:
+        return self._call(self._client.keys(lo, hi, limit, reverse=reverse))
+
+    def count(self, lo: Key, hi: Key, limit: int = 1000) -> int:
+        return self._call(self._client.count(lo, hi, limit))
 
     def clear_range(self, lo: Key, hi: Key) -> int:
         return self._call(self._client.clear_range(lo, hi))

@@ -395,15 +395,20 @@ OP_ARITY = {
     "cas": 3,
     "increment": 2,
     "clear_range": 2,
+    "keys": 3,
+    "count": 3,
 }
 
 
 # Operation codes of a parsed list (``OpList.ops``).
-GET, PUT, DELETE, SCAN, APPEND, CAS, INCREMENT, CLEAR_RANGE = range(8)
+GET, PUT, DELETE, SCAN, APPEND, CAS, INCREMENT, CLEAR_RANGE, KEYS, COUNT = range(10)
 _CODES = {
     "get": GET, "put": PUT, "delete": DELETE, "scan": SCAN, "append": APPEND, "cas": CAS,
-    "increment": INCREMENT, "clear_range": CLEAR_RANGE,
+    "increment": INCREMENT, "clear_range": CLEAR_RANGE, "keys": KEYS, "count": COUNT,
 }
+# Operations over a range (their key is the range's lower bound): a scan, and a scan that
+# answers with the keys alone or their number (the values never leave the server).
+_RANGES = (SCAN, KEYS, COUNT, CLEAR_RANGE)
 _INT_MIN, _INT_END = -(1 << 63), 1 << 64
 _SPECS = {name: (code, OP_ARITY[name]) for name, code in _CODES.items()}
 
@@ -463,7 +468,7 @@ class OpList:
             key = op[1]
             if (type(key) is not str or key < PACKED_BELOW or (
                 len(key) > short_key and len(key.encode()) > key_max
-            )) and code not in (SCAN, CLEAR_RANGE):  # a range's bounds: check_range below
+            )) and code not in _RANGES:  # a range's bounds: check_range below
                 key = check_key(key, settings)  # a tuple packed, or the precise error
             # The two operations of most lists first, without the general checks below.
             if code == INCREMENT:
@@ -501,7 +506,7 @@ class OpList:
                     check_value(second, settings)
             elif code == PUT:
                 check_value(first, settings)
-            elif code in (SCAN, CLEAR_RANGE):
+            elif code in _RANGES:
                 if code == CLEAR_RANGE:
                     second = clear_range_limit(settings)
                 key, first, second = check_range(key, first, second, settings)
@@ -515,7 +520,7 @@ class OpList:
                 if code == CLEAR_RANGE:
                     cleared.append((key, first))
                     conditional = True  # it writes what it finds
-            if code not in (SCAN, CLEAR_RANGE):
+            if code not in _RANGES:
                 keys[key] = None
             if code in (DELETE, CAS):
                 removals.append(key)
@@ -554,6 +559,13 @@ class OpList:
                 results.append(
                     [[from_stored(k), value] for k, value in _overlay(scanned[index], writes, key, first, second)]
                 )
+                continue
+            if code == KEYS:
+                found = _overlay(scanned[index], writes, key, first, second)
+                results.append([from_stored(k) for k, _ in found])
+                continue
+            if code == COUNT:
+                results.append(len(_overlay(scanned[index], writes, key, first, second)))
                 continue
             if code == CLEAR_RANGE:
                 found = _overlay(scanned[index], writes, key, first, second)

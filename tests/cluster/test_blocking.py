@@ -66,6 +66,13 @@ def test_the_blocking_calls_work_against_a_cluster(tmp_path: Path, capsys: pytes
             assert client.scan(("order", 7, 2), ("order", 7, 4)) == [
                 (("order", 7, 2), {"n": 2}), (("order", 7, 3), {"n": 3}),
             ]
+            assert client.keys(("order", 7), ("order", 8), 2, reverse=True) == [
+                ("order", 7, 5), ("order", 7, 4),
+            ]
+            assert client.count(("order", 7), ("order", 8)) == 5
+            assert client.transaction().count(("order", 7, 2), ("order", 8), 2).keys(
+                ("order", 7, 4), ("order", 8)
+            ).commit() == [2, [("order", 7, 4), ("order", 7, 5)]]
             built = client.transaction().scan_prefix(("order", 7), 1).clear_range(
                 ("order", 7, 1), ("order", 7, 3)
             ).commit()

@@ -124,6 +124,23 @@ def test_operation_lists_take_tuple_keys_and_reverse_scans() -> None:
     ])
 
 
+def test_keys_and_count_answer_a_scan_without_its_values() -> None:
+    """``keys`` and ``count`` are scans answered with the keys alone or their number, the
+    list's own writes before them included, from either end."""
+    cluster, _ = _cluster()
+    cluster.ops([["put", ("t", i), "x" * 100] for i in range(6)])
+    lo, hi = ("t", 1), ("t", 9)
+    assert cluster.ops([["keys", lo, hi, 3], ["keys", lo, hi, -2], ["count", lo, hi, 100]]) == [
+        _lists([("t", 1), ("t", 2), ("t", 3)]), _lists([("t", 5), ("t", 4)]), 5,
+    ]
+    assert cluster.ops([["delete", ("t", 2)], ["put", ("t", 7), 0], ["count", lo, hi, 100],
+                        ["keys", lo, hi, -1], ["count", lo, hi, 2]]) == [
+        None, None, 5, _lists([("t", 7)]), 2,
+    ]
+    with pytest.raises(InvalidRequest, match="scan limit"):
+        cluster.ops([["count", lo, hi, 0]])
+
+
 @pytest.mark.parametrize(
     ("ops", "message"),
     [
