@@ -237,8 +237,12 @@ class ListAppend:
         return [["r", k, seen.get(k, [])] for k in range(lo, min(hi, self.next_key))]
 
     def snapshot_keys(self) -> list[str]:
-        """Keys worth a follower snapshot read: the active ones."""
-        return [list_append_key(k) for k in self.active]
+        """Keys worth a follower snapshot read: the active ones, and the last keys cleared
+        (a follower must show their tombstones once its watermark covers them)."""
+        keys = [list_append_key(k) for k in self.active]
+        if self.markers:
+            keys += [list_append_key(k) for k in list(self.markers)[-3:]]
+        return keys
 
 
 def bank_key(account: int) -> str:

@@ -17,7 +17,7 @@ workload that reaches it; the oracle or checker named must object. The rules:
 * a follower's visibility rule: a snapshot shows a version only if its clock is at or below
   the follower's vector watermark (DESIGN.md §4);
 * a scan shows a key's tombstone, not the version below it (clear_range's deletes,
-  checked through the list-append workload's clears);
+  checked through the list-append workload's clears), and a follower replays tombstones;
 * a coordinator retries a decided transaction's installs for as long as a participant is
   unreachable (only undecided ones may be given up).
 """
@@ -132,6 +132,27 @@ def test_a_scan_that_reads_past_a_tombstone_is_caught_by_the_clears_in_the_histo
     monkeypatch.setattr(VersionedStore, "scan", past_tombstones)
     summary = run_many([0, 1], SimOptions(scan_fraction=0.4, clear_fraction=0.1))
     assert "G-single-realtime" in summary["seeds_with_anomalies"], summary["seeds_with_anomalies"]
+
+
+def test_a_follower_that_drops_the_deletes_it_replays_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutant's followers replay every write of a record but its deletes (a clear's
+    tombstones): their snapshots still show cleared keys (the workload's snapshot reads
+    include the last keys cleared) and their data ends up unlike their leader's."""
+    replay = VersionedStore.replay
+
+    def without_deletes(self: VersionedStore, record: Any, shard: int, epoch: int) -> Any:
+        txn_id, writes, vc = record
+        kept = [write for write in writes if not write[2]]
+        return replay(self, [txn_id, kept, vc], shard, epoch) if kept else None
+
+    monkeypatch.setattr(VersionedStore, "replay", without_deletes)
+    options = SimOptions(
+        regions=3, scan_fraction=0.4, reverse_fraction=0.5, clear_fraction=0.1, duration_ms=2000,
+    )
+    kinds = set(run_many([0], options)["seeds_with_anomalies"])
+    assert {"follower-diverged", "snapshot-mismatch"} <= kinds, kinds
 
 
 def test_without_the_read_stamps_of_single_shard_transactions(
