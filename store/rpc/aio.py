@@ -136,9 +136,12 @@ class Rpc(RpcBase):
 
     def _flush_soon(self) -> None:
         self._flush_scheduled = False
-        if self._closed or not self._core.pending_packets():
+        if self._closed:
             return
-        self.transport.flush(self._core)
+        if self._core.pending_packets():
+            self.transport.flush(self._core)
+        # Armed even when nothing was sent: what was enqueued may wait on a timer alone (a
+        # request held for credits, or a packet the fault injection delays).
         self._arm_timer(_monotonic_ns())
 
     def _on_readable(self) -> None:

@@ -128,6 +128,30 @@ def test_deferred_and_coroutine_handlers() -> None:
     run(main)
 
 
+def test_requests_whose_packets_are_all_delayed_still_leave_an_idle_endpoint() -> None:
+    """Requests enqueued when no timer is armed, whose every packet the fault injection
+    holds back: nothing is sent at the flush, so only a timer releases them. The flush once
+    left the timer unarmed then, and the calls hung for ever (seen once in CI under load,
+    where the connect's timer had already fired)."""
+
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus(), settings=FAULTY)
+        client = Rpc.udp(Nexus(), settings=FAULTY)
+        session = await client.connect(server.address)
+        deadline = asyncio.get_running_loop().time() + 5
+        while client._timer is not None:  # the endpoint idle: no deadline left to wait for
+            assert asyncio.get_running_loop().time() < deadline, "the endpoint never went idle"
+            await asyncio.sleep(0.001)
+        client.set_fault(server.address, delay_ns=1_000_000)
+        calls = [client.call(session, 1, bytes([i])) for i in range(20)]
+        results = await asyncio.wait_for(asyncio.gather(*calls), 5)
+        assert results == [bytes([i]) for i in range(20)]
+        client.close()
+        server.close()
+
+    run(main)
+
+
 def test_delay_injection_holds_packets_back() -> None:
     async def main() -> None:
         server = Rpc.udp(echo_nexus(), settings=FAULTY)
