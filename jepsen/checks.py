@@ -7,7 +7,8 @@ list-append:
 - ``elle``: the Elle-style checker (``jepsen.checkers.list_append``) for strict
   serializability, real-time edges included: G0, G1a/b/c, G-single, G2-item, lost updates...;
 - ``committed-kept``: every element an ``:ok`` transaction appended is in the final read of
-  its key (nothing a client was told COMMITTED is lost; type ``lost-committed``);
+  its key (nothing a client was told COMMITTED is lost; type ``lost-committed``); for a key
+  the workload cleared, in what the clear read of it before it cleared it;
 - ``rolled-back``: no ``:ok`` read, final reads included, ever shows an element appended by a
   transaction answered ``RolledBack`` (a rolled-back transaction was never committed; type
   ``rolled-back-visible``). Elle sees those transactions as failed, so their elements read
@@ -29,6 +30,8 @@ from jepsen.history import Op
 __all__ = ["check", "committed_kept", "rolled_back_invisible"]
 
 EXAMPLES_MAX = 8
+# The history's key for "key k was cleared" (store.sim.workloads.cleared_key).
+CLEARED_PREFIX = "cleared/"
 
 
 def check(workload: str, ops: Sequence[Op], total: int | None = None) -> dict[str, dict[str, Any]]:
@@ -80,23 +83,49 @@ def committed_kept(ops: Sequence[Op]) -> dict[str, Any]:
     final: dict[Any, list[Any]] = {}
     for op in ops:
         if op.type == "ok" and op.extra.get("final"):
-            for key, values in _reads(op):
-                final[key] = values
+            for key, shown in _reads(op):
+                final[key] = shown
+    # A key the workload cleared (store.sim.workloads.ListAppend): its final read is one of
+    # ``cleared/k`` showing the clear's marker, and what the key held when it was cleared is
+    # the clear's own read of it (an :ok clear), where every committed element must be.
+    cleared: dict[Any, list[Any] | None] = {}
+    for op in ops:
+        if op.process == "nemesis" or op.type == "invoke":
+            continue
+        for marker_key, marker in _appends(op):
+            if not (isinstance(marker_key, str) and marker_key.startswith(CLEARED_PREFIX)):
+                continue
+            key = int(marker_key[len(CLEARED_PREFIX):])
+            if key in final or marker not in final.get(marker_key, ()):
+                continue
+            held = dict(_reads(op)).get(key) if op.type == "ok" else None
+            cleared[key] = held  # None: the clear's outcome is unknown, so is what it held
     lost = []
-    unread = set()
+    unread: set[Any] = set()
+    unchecked: set[Any] = set()
     for op in ops:
         if op.type != "ok" or op.process == "nemesis":
             continue
         for key, element in _appends(op):
-            if key not in final:
+            values: list[Any] | None = final.get(key)
+            if values is None and key in cleared:
+                values = cleared[key]
+                if values is None:
+                    unchecked.add(key)
+                    continue
+            if values is None:
                 unread.add(key)
-            elif element not in final[key]:
+            elif element not in values:
                 lost.append({"key": key, "element": element, "op-index": op.index})
     result: dict[str, Any] = {
         "valid?": not lost and not unread,
         "keys-read": len(final),
         "lost-count": len(lost),
     }
+    if cleared:
+        result["keys-cleared"] = len(cleared)
+    if unchecked:  # cleared by a clear whose outcome is unknown: what they held is unknown
+        result["keys-cleared-unchecked"] = len(unchecked)
     if lost:
         result["anomaly-types"] = ["lost-committed"]
         result["anomalies"] = {"lost-committed": lost[:EXAMPLES_MAX]}

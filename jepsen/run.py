@@ -84,6 +84,7 @@ class Options:
     runs_dir: Path = Path("runs/jepsen")
     netns: bool = True
     name: str | None = None
+    clear_fraction: float = 0.0  # list-append: share of operations that clear retired keys
 
     def test_name(self) -> str:
         if self.name:
@@ -239,7 +240,9 @@ async def _drive(
     workload: Any = None
     tpcc: TpccRun | None = None
     if options.workload == "list-append":
-        workload = ListAppend(random.Random(rng.random()), active_keys=10)
+        workload = ListAppend(
+            random.Random(rng.random()), active_keys=10, clear_fraction=options.clear_fraction,
+        )
     elif options.workload == "bank":
         workload = Bank(random.Random(rng.random()), accounts=BANK_ACCOUNTS, total=BANK_TOTAL)
         async with await Client.connect(config) as client:
@@ -479,6 +482,7 @@ async def _final_reads(
         if options.workload == "list-append":
             keys = range(workload.next_key)
             for k in keys:
+                began = workload.begin()
                 while time.monotonic() < deadline:
                     record("invoke", "txn", [["r", k, None]], process)
                     try:
@@ -490,7 +494,12 @@ async def _final_reads(
                     except MeridianError as exc:
                         record("fail", "txn", [["r", k, None]], process, error=error_name(exc))
                         continue
-                    record("ok", "txn", [["r", k, list(found or [])]], process, final=True)
+                    # A cleared key's read is a read of its clear's marker (the workload's).
+                    reads = workload.reads_of(k, list(found or []), began)
+                    if reads:
+                        record("ok", "txn", reads, process, final=True)
+                    else:
+                        record("fail", "txn", [["r", k, None]], process, error="not-evidence")
                     break
         else:
             keys_read = [bank_key(a) for a in range(workload.accounts)]
@@ -585,6 +594,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-netns", action="store_true", help="run every region on loopback (no partitions)"
     )
+    run.add_argument(
+        "--clear-fraction", type=float, default=0.0,
+        help="list-append: share of operations that clear a range of retired keys",
+    )
     from store.core.settings import BREAKABLE_STEPS
 
     run.add_argument(
@@ -609,6 +622,7 @@ def options_from(args: argparse.Namespace) -> Options:
         break_step=args.break_step, shards=args.shards,
         leader_timeout_ms=args.leader_timeout_ms, fault_s=args.fault_s, quiet_s=args.quiet_s,
         runs_dir=args.runs_dir, netns=not args.no_netns, name=args.name,
+        clear_fraction=args.clear_fraction,
     )
 
 

@@ -92,18 +92,22 @@ async def run_workload(
                             operation.procedure, *operation.args, route=operation.keys[0]
                         )
                 except OutcomeUnknown as exc:
+                    _settled(operation, "info")
                     counts["info"] += 1
                     errors["OutcomeUnknown"] = errors.get("OutcomeUnknown", 0) + 1
                     record("info", operation.f, operation.value, process, error=error_name(exc))
                     process += clients
                     continue
                 except MeridianError as exc:
+                    _settled(operation, "fail")
                     counts["fail"] += 1
                     errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                     record("fail", operation.f, operation.value, process, error=error_name(exc))
                     continue
                 counts["ok"] += 1
-                record("ok", operation.f, operation.complete(result), process)
+                value = operation.complete(result)
+                _settled(operation, "ok")
+                record("ok", operation.f, value, process)
         finally:
             await client.close()
 
@@ -114,3 +118,8 @@ async def run_workload(
     return RunResult(history.ops, counts, errors)
 
 
+def _settled(operation: Any, outcome: str) -> None:
+    """Tells the workload how an operation ended (list-append's clears need it)."""
+    settled = getattr(operation, "settled", None)
+    if settled is not None:
+        settled(outcome)

@@ -142,9 +142,9 @@ class ListAppend:
             for mop, result in zip(micro, results, strict=True):
                 if mop[0] == "scan":
                     for read in self._scan_reads(mop, result):
-                        done.extend(self._read(read[1], read[2], began))
+                        done.extend(self.reads_of(read[1], read[2], began))
                 elif mop[0] == "r":
-                    done.extend(self._read(mop[1], list(result) if result is not None else [], began))
+                    done.extend(self.reads_of(mop[1], list(result) if result is not None else [], began))
                 else:
                     done.append(mop)
             return done
@@ -164,9 +164,15 @@ class ListAppend:
             OPS_PROCEDURE, [ops], "txn", self._invoked(micro), complete, keys, settled
         )
 
-    def _read(self, k: int, found: list[Any], began: int) -> list[list[Any]]:
-        """The history's reads for a read of key k that found ``found`` (see the class
-        docstring on cleared keys)."""
+    def begin(self) -> int:
+        """A moment in the workload's order, for a read made outside ``next`` (a final
+        read): pass it to ``reads_of``."""
+        self.clock += 1
+        return self.clock
+
+    def reads_of(self, k: int, found: list[Any], began: int) -> list[list[Any]]:
+        """The history's reads for a read of key k that began at ``began`` and found
+        ``found`` (see the class docstring on cleared keys)."""
         marker = self.markers.get(k)
         if marker is None:
             return [["r", k, found]]

@@ -96,7 +96,8 @@ def test_a_minute_of_kills_and_partitions_checks_valid_and_leaves_nothing_behind
     namespaces_before, temp_before = _netns_names(), _temp_entries()
     done = _jepsen(
         ["--workload", "list-append", "--nemesis", "kill,partition", "--time-limit", "60",
-         "--concurrency", "8", "--seed", "3", "--fault-s", "4", "--quiet-s", "4"],
+         "--concurrency", "8", "--seed", "3", "--fault-s", "4", "--quiet-s", "4",
+         "--clear-fraction", "0.05"],
         runs, timeout_s=400,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -121,6 +122,8 @@ def test_a_minute_of_kills_and_partitions_checks_valid_and_leaves_nothing_behind
     assert results["hosts"] == "netns"
     assert all(checker["valid?"] for checker in results["checkers"].values())
     assert set(results["checkers"]) >= {"elle", "committed-kept", "rolled-back", "recovery"}
+    # Clears (clear_range of retired keys) ran under the faults, and were judged.
+    assert results["checkers"]["committed-kept"].get("keys-cleared", 0) > 10
     counts = results["nemesis"]["counts"]
     assert counts.get("kill", 0) >= 3 and counts.get("partition", 0) >= 3, counts
     assert results["nemesis"]["leader-kills"] >= 2, results["nemesis"]
