@@ -213,27 +213,20 @@ def _check_items(packed: str, at: int, *, nested: bool, depth: int) -> int:
     while at < size:
         code = ord(packed[at])
         if code in (STRING, BYTES):
-            at += 1
-            while True:
-                zero = packed.find("\x00", at)
-                if zero < 0:
-                    raise InvalidRequest("a packed key's string or bytes is not closed")
-                if zero > at:
-                    body = packed[at:zero]
-                    top = max(body)
-                    if top > "\xff":
-                        raise InvalidRequest("a packed key holds a character above 0xFF")
-                    if code == STRING and top >= "\x80":
-                        # UTF-8 never splits a character around 0x00: each part decodes alone.
-                        try:
-                            body.encode("latin-1").decode()
-                        except UnicodeError:
-                            raise InvalidRequest("a packed key's string is not UTF-8") from None
-                if packed.startswith("\xff", zero + 1):
-                    at = zero + 2
-                else:
-                    at = zero + 1
-                    break
+            end = _escaped_end(packed, at + 1)
+            if end < 0:
+                raise InvalidRequest("a packed key's string or bytes is not closed")
+            body = packed[at + 1 : end - 1]
+            at = end
+            if body:
+                top = max(body)
+                if top > "\xff":
+                    raise InvalidRequest("a packed key holds a character above 0xFF")
+                if code == STRING and top >= "\x80":
+                    try:
+                        body.replace("\x00\xff", "\x00").encode("latin-1").decode()
+                    except UnicodeError:
+                        raise InvalidRequest("a packed key's string is not UTF-8") from None
         elif INT_ZERO - INT_BYTES_MAX <= code <= INT_ZERO + INT_BYTES_MAX:
             n = code - INT_ZERO
             if n:
@@ -300,15 +293,7 @@ def element_end(packed: str, at: int) -> int:
         return -1
     code = ord(packed[at])
     if code in (STRING, BYTES):
-        at += 1
-        while True:
-            zero = packed.find("\x00", at)
-            if zero < 0:
-                return -1
-            if packed.startswith("\xff", zero + 1):
-                at = zero + 2
-            else:
-                return zero + 1
+        return _escaped_end(packed, at + 1)
     if INT_ZERO - INT_BYTES_MAX <= code <= INT_ZERO + INT_BYTES_MAX:
         end = at + 1 + abs(code - INT_ZERO)
         return end if end <= len(packed) else -1
@@ -319,6 +304,18 @@ def element_end(packed: str, at: int) -> int:
             return -1
         return end
     return -1
+
+
+def _escaped_end(packed: str, at: int) -> int:
+    """Where a bytes or string body starting at ``at`` ends (after its 0x00; a 0x00 0xFF
+    inside is an escaped 0x00); -1 if it is not closed."""
+    while True:
+        zero = packed.find("\x00", at)
+        if zero < 0:
+            return -1
+        if not packed.startswith("\xff", zero + 1):
+            return zero + 1
+        at = zero + 2
 
 
 def int_element(packed: str, at: int) -> tuple[int, int] | None:
