@@ -40,6 +40,7 @@ typedef struct mr_slot {
     uint32_t num_tx, num_rx; /* client: wire-order packet counts; server: num_rx only */
     uint64_t tag;
     uint64_t progress_at;
+    uint8_t held; /* client: the server said its handler holds the whole request */
 } mr_slot;
 
 typedef struct mr_backlog {
@@ -248,6 +249,7 @@ void mr_settings_default(mr_settings *s) {
     s->session_credits = 32;
     s->session_req_window = 8;
     s->rto_ns = 5000000ull;
+    s->rto_held_ns = 50000000ull;
     s->msg_size_max = 8u << 20;
     s->sessions_max = 256;
     s->server_credits_max = 256u * 32u;
@@ -265,6 +267,7 @@ const char *mr_settings_check(const mr_settings *s) {
     if (s->session_req_window < 1 || s->session_req_window > 1024)
         return "session_req_window must be in [1, 1024]";
     if (s->rto_ns < 1000) return "rto_ns must be >= 1000";
+    if (s->rto_held_ns < s->rto_ns) return "rto_held_ns must be >= rto_ns";
     if (s->msg_size_max > MR_MSG_SIZE_LIMIT) return "msg_size_max must be < 2**24";
     uint32_t payload = s->mtu_bytes - MR_HDR_BYTES;
     uint64_t pkts = ((uint64_t)s->msg_size_max + payload - 1) / payload;
@@ -870,6 +873,19 @@ static void client_rx_data(mr_core *c, mr_session *s, const mr_hdr *h, const uin
     }
     uint32_t wire;
     if (h->pkt_type == MR_PKT_CR) {
+        if (plen == 0 && (uint32_t)h->pkt_num + 1 == sl->req_pkts) {
+            /* "Held": the whole request is at the server, in its handler. Only a lost
+             * response is left to recover, so the slot waits rto_held_ns from now. */
+            if (sl->num_rx + 1 == sl->req_pkts && sl->num_tx >= sl->req_pkts) {
+                c->stats.rx_held++;
+                sl->held = 1;
+                sl->progress_at = now;
+                s->alive_at = now;
+            } else {
+                c->stats.rx_stale++;
+            }
+            return;
+        }
         if (plen != 0 || (uint32_t)h->pkt_num + 1 >= sl->req_pkts) {
             c->stats.rx_malformed++;
             return;
@@ -919,6 +935,7 @@ static void client_rx_data(mr_core *c, mr_session *s, const mr_hdr *h, const uin
     sl->num_rx++;
     s->credits++;
     sl->progress_at = now;
+    sl->held = 0; /* a response is coming: its RFRs retry every rto_ns */
     s->alive_at = now;
     if (sl->num_rx >= sl->req_pkts && sl->num_rx == sl->req_pkts + sl->resp_pkts - 1) {
         c->stats.responses_received++;
@@ -935,23 +952,27 @@ static void client_rx_data(mr_core *c, mr_session *s, const mr_hdr *h, const uin
 
 /* Go-back-N: forget packets in flight past the last in-order one and send them again. */
 static void client_retransmit_scan(mr_core *c, mr_session *s, uint64_t now) {
-    int rolled = 0;
+    int rolled = 0, unheld = 0;
     for (uint32_t i = 0; i < c->s.session_req_window; i++) {
         mr_slot *sl = &s->slots[i];
         if (sl->state != MR_SLOT_BUSY || sl->num_tx == sl->num_rx) continue;
-        if (elapsed(now, sl->progress_at) >= c->s.rto_ns) {
+        uint64_t rto = sl->held ? c->s.rto_held_ns : c->s.rto_ns;
+        if (elapsed(now, sl->progress_at) >= rto) {
             s->credits += sl->num_tx - sl->num_rx;
             sl->num_tx = sl->num_rx;
             sl->progress_at = now;
             c->stats.retransmits++;
             rolled = 1;
+            unheld |= !sl->held;
         } else {
-            lower_deadline(c, sl->progress_at + c->s.rto_ns);
+            lower_deadline(c, sl->progress_at + rto);
         }
     }
     if (rolled) {
-        /* A ping tells a slow handler (whose duplicates the server drops) from a dead peer. */
-        if (elapsed(now, s->ping_sent_at) >= c->s.rto_ns) client_sm_send(c, s, MR_SM_PING_REQ, now);
+        /* A ping tells a slow handler that has not said it holds the request from a dead
+         * peer (a held slot's retransmission is answered by the server itself). */
+        if (unheld && elapsed(now, s->ping_sent_at) >= c->s.rto_ns)
+            client_sm_send(c, s, MR_SM_PING_REQ, now);
         client_kick(c, s, now);
     }
 }
@@ -1078,7 +1099,10 @@ static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint
             c->stats.rx_dup_answered++;
             server_send_resp(c, s, sl, 0, now);
         } else {
+            /* Still in its handler: say so ("held", see mr_core.h), so the client stops
+             * retransmitting every rto_ns. */
             c->stats.rx_dup_in_handler++;
+            server_send_cr(c, s, sl, sl->req_pkts - 1, now);
         }
         return;
     }

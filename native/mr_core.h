@@ -25,6 +25,11 @@
  *    (go-back-N to the last in-order packet) and sends again.
  *  - The server keeps the last response of each slot, so a duplicate request is answered from
  *    that cache without running the handler again: at-most-once execution per request.
+ *  - A handler may take long (a commit waits for a wide-area round trip). A duplicate of a
+ *    request whose handler is still running is answered with a CR for the request's last
+ *    packet ("held": not a credit return, and not in wire order); the client then retries
+ *    that slot only every rto_held_ns instead of every rto_ns, since only a lost response is
+ *    left to recover. Without it a 75 ms handler cost 15 retransmissions and a ping each.
  *  - Session management (connect, disconnect, ping, reset) runs on a slow path with its own
  *    packet format (same 16-byte header, another magic) and unique tokens, so duplicated or
  *    reordered handshake packets are harmless. Each end of a session draws a random 16-bit
@@ -94,6 +99,7 @@ typedef struct mr_settings {
     uint32_t session_credits;    /* packets in flight per session (eRPC: 32) */
     uint32_t session_req_window; /* outstanding requests per session (eRPC: 8) */
     uint64_t rto_ns;             /* retransmission timeout (eRPC: 5 ms) */
+    uint64_t rto_held_ns;        /* the same for a request the server said it holds */
     uint32_t msg_size_max;       /* largest request or response (default 8 MiB) */
     uint32_t sessions_max;       /* local session table size, both roles */
     uint32_t server_credits_max; /* sum of credits granted to server sessions */
@@ -116,6 +122,7 @@ typedef struct mr_stats {
     uint64_t rx_out_of_order;     /* ahead of the next expected packet: dropped */
     uint64_t rx_dup_answered;     /* duplicate request packet answered from the cache */
     uint64_t rx_dup_in_handler;   /* duplicate of a request whose handler is still running */
+    uint64_t rx_held;             /* client: "held by its handler" acknowledgements */
     uint64_t retransmits;         /* go-back-N rollbacks */
     uint64_t requests_handled;    /* request events delivered to handlers */
     uint64_t responses_received;  /* response events delivered to continuations */

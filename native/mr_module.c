@@ -43,17 +43,19 @@ static int Core_init(CoreObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"mtu_bytes",          "session_credits",  "session_req_window",
                              "rto_ns",             "msg_size_max",     "sessions_max",
                              "server_credits_max", "session_timeout_ns", "backlog_max",
-                             "tx_queue_max",       "rx_reassembly_bytes_max", "seed", NULL};
+                             "tx_queue_max",       "rx_reassembly_bytes_max", "seed",
+                             "rto_held_ns",        NULL};
     mr_settings s;
     mr_settings_default(&s);
     unsigned long long rto = s.rto_ns, timeout = s.session_timeout_ns, seed = s.seed;
-    unsigned long long reassembly = s.rx_reassembly_bytes_max;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIKK", kwlist, &s.mtu_bytes,
+    unsigned long long reassembly = s.rx_reassembly_bytes_max, rto_held = s.rto_held_ns;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIKKK", kwlist, &s.mtu_bytes,
                                      &s.session_credits, &s.session_req_window, &rto,
                                      &s.msg_size_max, &s.sessions_max, &s.server_credits_max,
                                      &timeout, &s.backlog_max, &s.tx_queue_max, &reassembly,
-                                     &seed))
+                                     &seed, &rto_held))
         return -1;
+    s.rto_held_ns = rto_held;
     s.rx_reassembly_bytes_max = reassembly;
     s.rto_ns = rto;
     s.session_timeout_ns = timeout;
@@ -368,8 +370,8 @@ static PyObject *Core_stats(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
     mr_stats *s = mr_core_stats(self->core);
 #define F(name) #name, (unsigned long long)s->name
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
-        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sm_unauthenticated), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(rx_held), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sm_unauthenticated), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
 #undef F
 }
 
@@ -452,9 +454,10 @@ static PyObject *Core_get_incarnation(CoreObject *self, void *Py_UNUSED(closure)
 static PyObject *Core_get_settings(CoreObject *self, void *Py_UNUSED(closure)) {
     if (!ready(self)) return NULL;
     const mr_settings *s = mr_core_settings(self->core);
-    return Py_BuildValue("{sIsIsIsKsIsIsIsKsIsIsKsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
+    return Py_BuildValue("{sIsIsIsKsKsIsIsIsKsIsIsKsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
                          s->session_credits, "session_req_window", s->session_req_window,
-                         "rto_ns", (unsigned long long)s->rto_ns, "msg_size_max", s->msg_size_max,
+                         "rto_ns", (unsigned long long)s->rto_ns, "rto_held_ns",
+                         (unsigned long long)s->rto_held_ns, "msg_size_max", s->msg_size_max,
                          "sessions_max", s->sessions_max, "server_credits_max",
                          s->server_credits_max, "session_timeout_ns",
                          (unsigned long long)s->session_timeout_ns, "backlog_max", s->backlog_max,

@@ -16,6 +16,10 @@ class RpcSettings:
     session_credits: packets a client may have in flight on one session (eRPC: 32).
     session_req_window: requests outstanding per session; more wait in a backlog (eRPC: 8).
     rto_ns: retransmission timeout (eRPC: 5 ms).
+    rto_held_ns: the retransmission timeout of a request the server has said its handler
+        holds (a duplicate of it arrived while the handler ran): only a lost response is left
+        to recover, so a long handler (a commit waiting for another region) costs one
+        retransmission per rto_held_ns, not one per rto_ns.
     msg_size_max: largest request or response (default 8 MiB; at most 2**24 - 1).
     sessions_max: session table size of the endpoint, client and server sessions together.
     server_credits_max: credits a server grants over all its sessions; a connect beyond it is
@@ -33,6 +37,7 @@ class RpcSettings:
     session_credits: int = 32
     session_req_window: int = 8
     rto_ns: int = 5_000_000
+    rto_held_ns: int = 50_000_000
     msg_size_max: int = 8 << 20
     sessions_max: int = 256
     server_credits_max: int = 256 * 32
