@@ -573,6 +573,8 @@ static struct PyModuleDef moduledef = {
     module_methods,
 };
 
+int mr_sync_add_type(PyObject *module); /* the Syncer type, native/mr_sync.c */
+
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
@@ -580,6 +582,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (mr_sync_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

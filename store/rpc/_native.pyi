@@ -83,3 +83,30 @@ def encode_header(
     req_type: int, msg_size: int, dest_session: int, pkt_type: int, pkt_num: int, req_num: int,
     magic: int = ..., session_tag: int = ...,
 ) -> bytes: ...
+
+class Syncer:
+    """Runs ``fsync`` then ``close`` on file descriptors in a thread of its own (plain C: it
+    never takes the GIL), and makes an eventfd readable when a job completes, for
+    ``loop.add_reader`` (store/node/durable.py; the theory is in native/mr_sync.c). Jobs run
+    one at a time, in the order submitted. At most 64 jobs may be submitted and not yet
+    taken, and a job holds at most 1,024 file descriptors."""
+
+    def __init__(self) -> None:
+        """Starts the thread and opens the eventfd (non-blocking, close-on-exec)."""
+    def submit(self, token: int, fds: tuple[int, ...], /) -> None:
+        """Queues a job: the thread fsyncs every fd of ``fds``, then closes every one of them
+        (always, also after a failure), and lists ``(token, errno)``: the errno of the first
+        fsync or close that failed, or 0. The fds are the Syncer's once this returns; if it
+        raises (RuntimeError: closed, or 64 jobs not yet taken; ValueError: too many fds or
+        a negative one) they are still the caller's."""
+    def fileno(self) -> int:
+        """The eventfd: readable once a job has completed since the last ``take``.
+        RuntimeError after ``close``."""
+    def take(self) -> list[tuple[int, int]]:
+        """Drains the eventfd and returns the completed jobs, ``(token, errno or 0)``, in the
+        order they completed (possibly none: a wake-up can outlive the job it announced)."""
+    def close(self) -> None:
+        """Lets the thread finish every job already queued, joins it (the GIL released
+        meanwhile) and closes the eventfd; a later ``submit`` raises RuntimeError and
+        ``take`` still returns what completed. Again: nothing. Also done when the object is
+        freed."""

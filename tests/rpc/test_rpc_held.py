@@ -72,7 +72,7 @@ def test_a_lost_response_to_a_held_request_is_recovered() -> None:
         send(src, dst, datagram)
 
     net.send = lose_first_response  # type: ignore[method-assign]
-    handle, payload = held.pop()
+    handle, _payload = held.pop()
     handle.respond(b"done")
     answered_at = net.now_ns
     assert net.run_until(pending.done)
