@@ -93,6 +93,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import msgpack
 
+from store import wire
 from store.client.protocol import ClientSettings
 from store.config import MERIDIAN_RPC_SETTINGS
 from store.core.coordinator import Certification
@@ -243,16 +244,26 @@ class WireMeter:
         self.msgpack_clocks += clocks
         self.by_field.update(by_field)
 
+    def peer_batch(self, payload: Any) -> None:
+        """A PEER_MANY request or response: each message measured as if alone, the array's
+        framing counted as bytes without clocks."""
+        if not self.active or not payload:
+            return
+        items = codec.decode_batch(bytes(payload))
+        self.msgpack_bytes += len(payload) - sum(len(item) for item in items)
+        for item in items:
+            self.payload(item)
+
     def wrap_endpoint(self, rpc: Any) -> None:
         enqueue_request = rpc.enqueue_request
         enqueue_response = rpc.enqueue_response
 
         def request(session: Any, req_type: int, payload: Any, cont: Any = None) -> Any:
-            self.payload(payload)
+            (self.peer_batch if req_type == wire.PEER_MANY else self.payload)(payload)
             return enqueue_request(session, req_type, payload, cont)
 
         def response(handle: Any, payload: Any) -> None:
-            self.payload(payload)
+            (self.peer_batch if handle.req_type == wire.PEER_MANY else self.payload)(payload)
             enqueue_response(handle, payload)
 
         rpc.enqueue_request = request

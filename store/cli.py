@@ -19,6 +19,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return SimOptions(
         shards=args.shards,
         clients=args.clients,
+        clients_per_process=args.clients_per_process,
         workload=args.workload,
         loss=args.loss,
         duplicate=args.duplicate,
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, help="first seed (default 0)")
     sim.add_argument("--shards", type=int, default=3)
     sim.add_argument("--clients", type=int, default=8)
+    sim.add_argument(
+        "--clients-per-process", type=int, default=4,
+        help="workload clients sharing one SDK client (default 4)",
+    )
     sim.add_argument("--workload", choices=["list-append", "bank"], default="list-append")
     sim.add_argument("--loss", type=float, default=0.0, help="message loss rate (also duplication)")
     sim.add_argument("--duplicate", type=float, help="duplication rate (default: the loss rate, or 0.02)")

@@ -13,6 +13,10 @@ Payloads are ``store.protocol.codec`` messages:
   counters.
 * ``CONFIG``: a ``GetConfig`` for a configuration manager member; the response is a
   ``ConfigReply`` with the cluster map (docs/recovery.md).
+* ``PEER_MANY``: several ``PEER`` payloads from one shard leader to another, everything one
+  ``ready()`` sends there, as one msgpack array of the encoded messages
+  (``codec.encode_batch``); the response is the array of their replies (empty for one-way
+  messages), in the same order.
 """
 
 SUBMIT = 1
@@ -20,3 +24,4 @@ PEER = 2
 STATUS = 3
 SNAPSHOT = 4
 CONFIG = 5
+PEER_MANY = 7  # 6 was a batch of submissions, tried and dropped (docs/design.md)

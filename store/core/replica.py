@@ -456,6 +456,7 @@ class ShardLeader:
         ready = stream.ready()
         self._persist.extend(ready.persist)
         self._outbox.extend(ready.messages)
+        mark = self._durable_mark
         for _, entry in ready.chosen:
             if not self.epochs.add(entry):
                 continue  # a marker, or void: its epoch already ended on this stream
@@ -466,6 +467,10 @@ class ShardLeader:
             # that base it would vouch for counters of an epoch that has ended.
             if entry.watermark >= counter_base(entry.epoch) and entry.watermark > self._durable_mark:
                 self._durable_mark = entry.watermark
+        if self._durable_mark > mark:
+            # Pushed to the peers at once (Settings.gossip_push_spacing_ns).
+            soon = max(self._now_ns, self._gossiped_at + self.settings.gossip_push_spacing_ns)
+            self._gossip_at = min(self._gossip_at, soon)
         if not self.participant.certifying and self.epochs.ended >= self.epoch - 1:
             self.participant.certifying = True  # the takeover is complete: all is replayed
         if ready.chosen:

@@ -53,6 +53,11 @@ class Settings:
     gossip_interval_ns: int = 5 * MS
     gossip_idle_interval_ns: int = 100 * MS
     gossip_fanout: int = 8
+    # When this shard's own watermark rises (a stream entry chosen), the next gossip goes at
+    # once, not up to gossip_interval_ns later: a coordinator whose transaction waits on this
+    # shard learns it is durable sooner (on the commit path of cross-shard transactions). At
+    # most one such gossip per this spacing.
+    gossip_push_spacing_ns: int = 1 * MS
     # Failure detection (docs/recovery.md): every replica heartbeats to the configuration
     # manager each heartbeat_interval_ns; a shard leader silent for leader_timeout_ns is
     # replaced. A CM member takes the CM over after cm_timeout_ns (times its rank) without
@@ -110,9 +115,10 @@ class StreamSettings:
 
     # Records per entry; an open batch closes when it holds this many (Mako uses 400).
     batch_size_max: int = 400
-    # An open batch closes this long after its first record, full or not. Each entry costs
-    # a round of messages to every region, so at a thousand records a second a 1 ms delay
-    # would send a thousand nearly empty entries; 5 ms batches them for a few ms of latency.
+    # An open batch closes this long after the previous one closed, full or not (on a stream
+    # quiet that long, at the end of the step that opened it). Each entry costs a round of
+    # messages to every region, so at a thousand records a second a 1 ms delay would send a
+    # thousand nearly empty entries; 5 ms batches them for a few ms of latency.
     batch_delay_ns: int = 5 * MS
     # An idle stream proposes an empty entry this long after its last proposal when the
     # entry would carry news (a watermark or vector watermark above the last entry's).

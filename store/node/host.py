@@ -66,6 +66,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from store import wire
@@ -89,6 +90,28 @@ PEER_REPLY_PREFIX = "p\x00"
 ONE_WAY_SOURCE = "p\x00one-way"
 
 Replica = ShardLeader | ShardFollower | ConfigMember
+# How a request is answered: the RPC response of its own request, or its place in a batch.
+Responder = Callable[[bytes], None]
+
+
+class _BatchReply:
+    """The replies to a batched request (``wire.PEER_MANY``), one place per item; the
+    response goes once every place is filled (within the batch's flush: the reply rule)."""
+
+    __slots__ = ("_answers", "_handle", "_missing", "_rpc")
+
+    def __init__(self, rpc: RpcBase, handle: ReqHandle, count: int) -> None:
+        self._rpc = rpc
+        self._handle = handle
+        self._answers: list[bytes | None] = [None] * count
+        self._missing = count
+
+    def answer(self, index: int, payload: bytes) -> None:
+        assert self._answers[index] is None, f"item {index} of a batch answered twice"
+        self._answers[index] = payload
+        self._missing -= 1
+        if not self._missing:
+            self._rpc.enqueue_response(self._handle, codec.encode_batch(self._answers))  # type: ignore[arg-type]
 
 
 class TimerHandle(Protocol):
@@ -184,15 +207,17 @@ class ReplicaHost:
         self._on_fatal = on_fatal
         self._peer_sessions: dict[str, Session] = {}
         self._unreachable: set[str] = set()  # peers whose session could not be made (logged)
-        self._client_waiters: dict[tuple[str, int], list[tuple[ReqHandle, bool]]] = {}
-        self._peer_replies: dict[str, ReqHandle] = {}
+        # Who waits for a client's transaction: (how to answer, whether it asked for the
+        # CERTIFIED answer). An answer goes to an RPC request, or to its place in a batch.
+        self._client_waiters: dict[tuple[str, int], list[tuple[Responder, bool]]] = {}
+        self._peer_replies: dict[str, Responder] = {}
         self._next_token = 0
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self.failure: BaseException | None = None
         self.counters: dict[str, int] = {
             "submits": 0, "peer_messages": 0, "bad_requests": 0, "peer_send_failures": 0,
-            "flushes": 0, "syncs": 0, "held_messages": 0,
+            "flushes": 0, "syncs": 0, "held_messages": 0, "peer_batches_sent": 0,
         }
         # Requests handed to the replica in the batch being dispatched, whose replies its
         # next flush must carry (the reply rule; checked after that flush).
@@ -204,6 +229,7 @@ class ReplicaHost:
         """Installs the request handlers this host serves on ``nexus``."""
         nexus.register_req_func(wire.SUBMIT, self._on_submit)
         nexus.register_req_func(wire.PEER, self._on_peer)
+        nexus.register_req_func(wire.PEER_MANY, self._on_peer_many)
         nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
         nexus.register_req_func(wire.CONFIG, self._on_config)
         if self.rpc is not None and not self._batched:
@@ -223,6 +249,10 @@ class ReplicaHost:
     def _on_submit(self, handle: ReqHandle, payload: bytes) -> bytes | None:
         if self.failure is not None:
             return None
+        return self._submit(partial(self.rpc.enqueue_response, handle), payload)
+
+    def _submit(self, respond: Responder, payload: bytes) -> bytes | None:
+        """One submission: its answer now (bytes), or None when ``respond`` gets it later."""
         self.counters["submits"] += 1
         if not isinstance(self.replica, ShardLeader):
             # A client whose map is newer than this replica's: the CM made it a leader and
@@ -240,13 +270,38 @@ class ReplicaHost:
             self.counters["bad_requests"] += 1
             return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
         key = (message.client_id, message.seq)
-        self._client_waiters.setdefault(key, []).append((handle, message.want_certified))
+        self._client_waiters.setdefault(key, []).append((respond, message.want_certified))
         self._deliver(CLIENT_PREFIX + message.client_id, message)
         return None
 
     def _on_peer(self, handle: ReqHandle, payload: bytes) -> bytes | None:
         if self.failure is not None:
             return None
+        return self._peer_message(partial(self.rpc.enqueue_response, handle), payload)
+
+    def _on_peer_many(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        """Several peer messages in one request (``wire.PEER_MANY``), handed to the replica
+        in order; the response holds their replies (the replica answers each within the
+        batch, so it goes at the end of the batch's flush)."""
+        if self.failure is not None:
+            return None
+        try:
+            items = codec.decode_batch(payload)
+        except InvalidRequest:
+            self.counters["bad_requests"] += 1
+            return b""
+        batch = _BatchReply(self.rpc, handle, len(items))
+        for index, item in enumerate(items):
+            if self.failure is not None:
+                return None
+            answer = self._peer_message(partial(batch.answer, index), item)
+            if answer is not None:
+                batch.answer(index, answer)
+        return None
+
+    def _peer_message(self, respond: Responder, payload: bytes) -> bytes | None:
+        """One peer message: its answer now (bytes), or None when ``respond`` gets the
+        replica's reply (within this batch's flush: the reply rule)."""
         self.counters["peer_messages"] += 1
         try:
             message = codec.decode(payload)
@@ -259,7 +314,7 @@ class ReplicaHost:
         if not isinstance(message, self.replica.ANSWERS):
             self.counters["bad_requests"] += 1
             return b""
-        self._answer_synchronously(handle, message)
+        self._answer_synchronously(respond, message)
         return None
 
     def _on_snapshot(self, handle: ReqHandle, payload: bytes) -> bytes | None:
@@ -293,13 +348,13 @@ class ReplicaHost:
                 0, Status.UNAVAILABLE, None, EMPTY,
                 f"{self.replica.address} does not serve {kind.__name__} now: {why}",
             ))
-        self._answer_synchronously(handle, message)
+        self._answer_synchronously(partial(self.rpc.enqueue_response, handle), message)
         return None
 
-    def _answer_synchronously(self, handle: ReqHandle, message: Message) -> None:
+    def _answer_synchronously(self, respond: Responder, message: Message) -> None:
         self._next_token += 1
         token = f"{PEER_REPLY_PREFIX}{self._next_token}"
-        self._peer_replies[token] = handle
+        self._peer_replies[token] = respond
         self._deliver(token, message)
         if self._flush_due:
             self._replies_due.append((token, message))  # checked after the batch's flush
@@ -470,19 +525,26 @@ class ReplicaHost:
         return records
 
     def _send(self, messages: list[tuple[str, Message]]) -> None:
+        to_peers: dict[str, list[Message]] | None = None
         for dst, message in messages:
             if dst.startswith(CLIENT_PREFIX):
                 assert isinstance(message, Outcome), message
                 self._answer_client(dst[len(CLIENT_PREFIX) :], message)
             elif dst.startswith(PEER_REPLY_PREFIX):
-                handle = self._peer_replies.pop(dst, None)
-                assert handle is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
-                self.rpc.enqueue_response(handle, codec.encode(message))
+                respond = self._peer_replies.pop(dst, None)
+                assert respond is not None, f"a reply to {dst!r}, which waits for none: {message!r}"
+                respond(codec.encode(message))
             elif isinstance(message, PaxosMessage):
                 if self._stream_send is not None:
                     self._stream_send(dst, message)
             else:
-                self._send_peer(dst, message)
+                if to_peers is None:
+                    to_peers = {}
+                to_peers.setdefault(dst, []).append(message)
+        if to_peers is not None:
+            # Everything for one peer in one request (wire.PEER_MANY), in the order made.
+            for dst, batch in to_peers.items():
+                self._send_peer(dst, batch)
 
     # ---- the disk (module doc) ------------------------------------------------------------
 
@@ -536,22 +598,22 @@ class ReplicaHost:
             return
         payload = codec.encode(outcome)
         if outcome.status == Status.CERTIFIED:
-            remaining: list[tuple[ReqHandle, bool]] = []
-            for handle, want_certified in waiters:
+            remaining: list[tuple[Responder, bool]] = []
+            for respond, want_certified in waiters:
                 if want_certified:
-                    self.rpc.enqueue_response(handle, payload)
+                    respond(payload)
                 else:
-                    remaining.append((handle, want_certified))
+                    remaining.append((respond, want_certified))
             if remaining:
                 self._client_waiters[key] = remaining
             else:
                 del self._client_waiters[key]
             return
         del self._client_waiters[key]
-        for handle, _ in waiters:
-            self.rpc.enqueue_response(handle, payload)
+        for respond, _ in waiters:
+            respond(payload)
 
-    def _send_peer(self, address: str, message: Message) -> None:
+    def _send_peer(self, address: str, messages: list[Message]) -> None:
         session = self._peer_sessions.get(address)
         if session is None or session.error is not None:
             try:
@@ -572,10 +634,9 @@ class ReplicaHost:
             self._unreachable.discard(address)
             self._peer_sessions[address] = session
 
-        def on_reply(payload: bytes | None, error: RpcError | None) -> None:
-            # A lost or failed request is retransmitted by the coordinator's own timer.
-            if error is not None or not payload or self.failure is not None:
-                return
+        def deliver_reply(payload: bytes) -> None:
+            if not payload:
+                return  # a one-way message's answer, or a request the peer refused
             try:
                 reply = codec.decode(payload)
             except InvalidRequest:
@@ -586,8 +647,32 @@ class ReplicaHost:
                 return
             self._deliver(address, reply)
 
+        def on_reply(payload: bytes | None, error: RpcError | None) -> None:
+            # A lost or failed request is retransmitted by the coordinator's own timer.
+            if error is not None or not payload or self.failure is not None:
+                return
+            deliver_reply(payload)
+
+        def on_replies(payload: bytes | None, error: RpcError | None) -> None:
+            if error is not None or not payload or self.failure is not None:
+                return
+            try:
+                replies = codec.decode_batch(payload, len(messages))
+            except InvalidRequest:
+                self.counters["bad_requests"] += 1
+                return
+            for reply in replies:
+                if self.failure is not None:
+                    return
+                deliver_reply(reply)
+
         try:
-            self.rpc.enqueue_request(session, wire.PEER, codec.encode(message), on_reply)
+            if len(messages) == 1:
+                self.rpc.enqueue_request(session, wire.PEER, codec.encode(messages[0]), on_reply)
+            else:
+                self.counters["peer_batches_sent"] += 1
+                payload = codec.encode_batch([codec.encode(m) for m in messages])
+                self.rpc.enqueue_request(session, wire.PEER_MANY, payload, on_replies)
         except RpcError as exc:
             self.counters["peer_send_failures"] += 1
             log.info("peer send failed", extra={"fields": {"peer": address, "error": repr(exc)}})

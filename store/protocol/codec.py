@@ -313,3 +313,34 @@ def _pairs_lists(value: Any) -> list[list[tuple[str, Any]]]:
 def decode(data: bytes | bytearray | memoryview, max_bytes: int = 64 << 20) -> Message:
     """Decodes one message; ``InvalidRequest`` for anything malformed (never another error)."""
     return decode_tagged(data, _DECODERS, _FIELDS, max_bytes)
+
+
+# ---- batches (wire.PEER_MANY) ----------------------------------------------------------------
+
+# The most payloads one batch may carry; a batch is also bounded by the RPC core's message
+# size. A leader sends what one ready() makes for one peer.
+BATCH_ITEMS_MAX = 4096
+_BATCH = Fields("batch")
+
+
+def encode_batch(payloads: list[bytes]) -> bytes:
+    """Several encoded messages (or answers) as one payload: a msgpack array of them."""
+    packed: bytes = _packb(payloads)
+    return packed
+
+
+def decode_batch(data: bytes | bytearray | memoryview, count: int | None = None) -> list[bytes]:
+    """The payloads of a batch, each still to be decoded on its own; ``count``: how many an
+    answer must hold (one per item asked). ``InvalidRequest`` for anything else."""
+    try:
+        items = msgpack.unpackb(data, use_list=True, raw=False)
+    except Exception as exc:  # msgpack raises many types on garbage; all mean the same
+        raise _BATCH.bad(f"not msgpack ({type(exc).__name__})") from None
+    if type(items) is not list or not 0 < len(items) <= BATCH_ITEMS_MAX:
+        raise _BATCH.bad(f"expected a list of 1 to {BATCH_ITEMS_MAX} payloads")
+    if count is not None and len(items) != count:
+        raise _BATCH.bad(f"{len(items)} answers for {count} requests")
+    for item in items:
+        if type(item) is not bytes:
+            raise _BATCH.bad("each item must be bytes")
+    return items

@@ -64,6 +64,10 @@ SIM_SYNC_LATENCIES_NS = (20 * US, 150 * US, 2 * MS, 10 * MS, 80 * MS)
 class SimOptions:
     shards: int = 3
     clients: int = 8
+    # Workload clients that share one client process (one SDK client, one RPC endpoint, one
+    # client id and sequence of transaction ids), as an application's concurrent
+    # transactions share its Client.
+    clients_per_process: int = 4
     workload: str = "list-append"
     loss: float = 0.0
     duplicate: float | None = None  # default: the loss rate, and 0.02 when loss is 0
@@ -92,7 +96,8 @@ class SimOptions:
 
 # The command-line flag of every option: ``replay_command`` writes them all.
 OPTION_FLAGS = {
-    "shards": "--shards", "clients": "--clients", "workload": "--workload", "loss": "--loss",
+    "shards": "--shards", "clients": "--clients", "clients_per_process": "--clients-per-process",
+    "workload": "--workload", "loss": "--loss",
     "duplicate": "--duplicate", "reorder": "--reorder", "duration_ms": "--duration-ms",
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
@@ -217,12 +222,18 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
 
     history = History()
     stop_at = options.duration_ms * MS
+    if options.clients_per_process < 1:
+        raise ValueError("clients_per_process must be at least 1")
+    processes = [
+        SdkProcess(
+            sim, network, f"{CLIENT_PREFIX}{p}", regions[0], cluster.leader_addresses, partitioner,
+            ClientSettings(), cluster.rpc_settings, cm_members=cluster.cm_members,
+        )
+        for p in range(-(-options.clients // options.clients_per_process))
+    ]
     clients = [
         WorkloadClient(
-            SdkProcess(
-                sim, network, f"{CLIENT_PREFIX}{i}", regions[0], cluster.leader_addresses, partitioner,
-                ClientSettings(), cluster.rpc_settings, cm_members=cluster.cm_members,
-            ),
+            processes[i // options.clients_per_process],
             history, i, options.clients, workload, stop_at, committed, snapshots,
         )
         for i in range(options.clients)

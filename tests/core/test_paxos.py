@@ -140,18 +140,31 @@ def test_fresh_leader_runs_phase1_then_proposes_batches() -> None:
     assert entry.vc == VectorClock({0: 3})
 
 
-def test_a_batch_closes_after_batch_delay() -> None:
+def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_delay() -> None:
+    """A record on a stream that has sent no batch for batch_delay_ns does not wait for it:
+    its batch closes as soon as the step that appended it ends (with everything that step
+    appended). After that, batches close batch_delay_ns after the previous one."""
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_delay_ns=2 * MS))
     promise_all(leader)
     leader.ready()
     leader.append(10, ["a"], 1, VectorClock({0: 1}))
-    leader.append(20, ["b"], 2, VectorClock({0: 2}))
+    leader.append(10, ["b"], 2, VectorClock({0: 2}))  # the same step
     ready = leader.ready()
-    assert accepts(ready.messages) == []
-    assert ready.wake_at == 10 + 2 * MS
-    leader.tick(10 + 2 * MS)
+    assert accepts(ready.messages) == []  # not within the step
+    assert ready.wake_at == 11
+    leader.tick(11)
     [(_, accept), _] = accepts(leader.ready().messages)
     assert accept.entry.records == (["a"], ["b"])
+    # Busy now: the next batch waits until batch_delay_ns after that one closed.
+    leader.append(20, ["c"], 3, VectorClock({0: 3}))
+    leader.append(30, ["d"], 4, VectorClock({0: 4}))
+    ready = leader.ready()
+    assert accepts(ready.messages) == [] and ready.wake_at == 11 + 2 * MS
+    leader.tick(11 + 2 * MS - 1)
+    assert accepts(leader.ready().messages) == []
+    leader.tick(11 + 2 * MS)
+    [(_, accept), _] = accepts(leader.ready().messages)
+    assert accept.entry.records == (["c"], ["d"])
 
 
 def test_a_slot_is_chosen_by_a_majority_and_reported_in_slot_order() -> None:

@@ -79,3 +79,29 @@ def test_a_gc_pass_is_bounded_and_resumes_where_it_stopped() -> None:
     assert store.garbage_candidates() == 6
     assert store.collect_garbage({0: 2}, keys_max=100) == 6
     assert all(len(store.chain(f"t/{i}")) == 1 for i in range(10))
+
+
+def test_a_gc_pass_ends_at_a_run_of_keys_not_durable_yet_without_being_held_up_by_them() -> None:
+    """Keys are dirtied in certification order: behind GC_MISSES_MAX keys in a row with
+    nothing durable, the rest most likely have nothing either, and are not visited (at
+    50 ms between regions every key was visited three times before it could be collected).
+    Keys that never become collectable go to the back, so later garbage is still reached."""
+    from store.core.storage import GC_MISSES_MAX
+
+    store = VersionedStore()
+    stuck = [f"t/stuck{i}" for i in range(GC_MISSES_MAX + 5)]
+    ready = [f"t/ready{i}" for i in range(10)]
+    for key in stuck + ready:
+        store.install(key, 0, False, vc(s0=1), 0, 1)
+    for key in stuck:
+        store.install(key, 1, False, vc(s0=100), 0, 100)  # above the watermark for good
+    for key in ready:
+        store.install(key, 1, False, vc(s0=2), 0, 2)
+    assert store.collect_garbage({0: 2}) == 0  # ended at the run of stuck keys
+    assert store.garbage_candidates() == len(stuck) + len(ready)
+    passes = 1
+    while any(len(store.chain(key)) > 1 for key in ready):
+        store.collect_garbage({0: 2})
+        passes += 1
+        assert passes < 10, "garbage behind keys that never become durable was never reached"
+    assert all(len(store.chain(key)) == 2 for key in stuck)

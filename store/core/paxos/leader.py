@@ -11,8 +11,11 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   **no-op** (DESIGN.md §5 step 2), and then proposes new entries after them. A fresh
   stream runs the same phase 1 and simply finds nothing.
 * **Phase 2, pipelined.** Certified records handed to ``append`` collect in an open batch,
-  closed into an entry when it holds ``batch_size_max`` records or ``batch_delay_ns``
-  after its first record (later if the window is full: see ``_pump``). Entries wait in a queue and take the next slot when fewer than
+  closed into an entry when it holds ``batch_size_max`` records or when its delay is up:
+  ``batch_delay_ns`` after the previous batch closed by delay, or at the end of the step
+  that opened it on a stream quiet for that long (later if the window is full: see
+  ``_pump``). So a busy stream sends an entry every ``batch_delay_ns`` and a quiet one
+  does not make its first record wait for it. Entries wait in a queue and take the next slot when fewer than
   ``slots_in_flight_max`` slots are proposed and not yet chosen. A slot is **chosen** when
   a majority of regions accepted it; chosen slots are reported in slot order through
   ``ready().chosen``. An Accept a region has not acknowledged is sent again every
@@ -160,6 +163,7 @@ class StreamLeader:
         self._counters: list[int] = []
         self._vc: VectorClock = EMPTY
         self._batch_close_at: int | None = None
+        self._batch_closed_at = -(1 << 62)  # when a batch last closed by its delay
         self._watermark = 0
         self._vector_watermark: VectorClock = EMPTY
         self._last_counter = 0
@@ -213,7 +217,10 @@ class StreamLeader:
             self._watermark = counter
         self._last_counter = max(self._last_counter, counter)
         if not self._records:
-            self._batch_close_at = now_ns + self.settings.batch_delay_ns
+            # batch_delay_ns after the previous batch closed, so entries go at most one per
+            # delay; but on a stream that has been quiet that long, at once: as soon as the
+            # step that appended ends (a nanosecond on), taking every record of that step.
+            self._batch_close_at = max(now_ns + 1, self._batch_closed_at + self.settings.batch_delay_ns)
         self._records.append(record)
         self._counters.append(counter)
         self._vc = self._vc.merge(vc)
@@ -400,10 +407,12 @@ class StreamLeader:
 
     # ---- phase 2 -----------------------------------------------------------------------
 
-    def _close_batch(self) -> None:
+    def _close_batch(self, now_ns: int | None = None) -> None:
         self._batch_close_at = None
         if not self._records:
             return
+        if now_ns is not None:
+            self._batch_closed_at = now_ns
         entry = Entry(
             EntryKind.BATCH, self._records, self._counters, self._vc, self._watermark,
             self._vector_watermark, self.epoch,
@@ -435,7 +444,7 @@ class StreamLeader:
             and now_ns >= self._batch_close_at
             and self._window_open()
         ):
-            self._close_batch()
+            self._close_batch(now_ns)
             self._pump(now_ns)
 
     def _heartbeat_due_at(self) -> int:
