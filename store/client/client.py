@@ -221,11 +221,12 @@ class Client:
 
     async def _run_ops(self, ops: list[list[Any]], route: str | int | None, detailed: bool) -> TxnResult:
         stored = _stored_ops(ops)
-        OpList(stored, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
+        parsed = OpList(stored, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
         if route is None and stored:
             route = stored[0][1]
         result = await self._run(OPS_PROCEDURE, [stored], route, speculative=False, detailed=detailed)
-        _typed_results(stored, result.result)
+        if parsed.batch.scans:  # only a range's results hold keys to turn back into tuples
+            _typed_results(stored, result.result)
         return result
 
     async def get(self, key: Key) -> Any:
