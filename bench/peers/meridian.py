@@ -44,8 +44,8 @@ LOAD_CONCURRENCY = 8
 COMMIT_WAIT_S = 60.0  # after the certified run: how long its commits may still take
 
 NOT_MEASURED = (
-    "acceptors keep the replicated log in memory (no disk writes: durable acceptors are not "
-    "built); every shard leader, and the clients, in region us"
+    "disks: the write-ahead logs are on the scratch directory (tmpfs unless --scratch), where "
+    "fsync is nearly free; every shard leader, and the clients, in region us"
 )
 NOT_MEASURED_CERTIFIED = NOT_MEASURED + (
     "; a certified answer is speculative (recovery may roll it back; none was here, see "
