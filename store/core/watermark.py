@@ -18,33 +18,82 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from store.core.epoch import EPOCH_SHIFT, counter_base
 from store.core.vclock import VectorClock
 
 
+class CounterSource(Protocol):
+    """Where a shard's counter values come from. One worker (the default) counts in its own
+    process (``ShardWatermark`` keeps the value itself); the ``W`` worker processes of one shard
+    draw from one shared counter (``store.rpc._native.SharedCounter``, a fetch-and-add in shared
+    memory; ``LocalCounter`` in the simulator, where the workers share a process)."""
+
+    def draw(self) -> int: ...
+
+    def value(self) -> int: ...
+
+    def raise_to(self, floor: int, /) -> int: ...
+
+
+class LocalCounter:
+    """A counter source in one process: what the simulator's workers of a shard share."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, start: int = 0) -> None:
+        self._value = start
+
+    def draw(self) -> int:
+        self._value += 1
+        return self._value
+
+    def value(self) -> int:
+        return self._value
+
+    def raise_to(self, floor: int, /) -> int:
+        if floor < 0:
+            raise ValueError(f"LocalCounter.raise_to({floor}): counters are >= 0")
+        self._value = max(self._value, floor)
+        return self._value
+
+
 class ShardWatermark:
-    """Counter and watermark of one shard, as seen by its leader.
+    """Counter and watermark of one shard, as seen by its leader (or by one of its workers).
 
     Values are drawn in increasing order, so the drawn values not yet known settled form a
     queue in drawing order (``_drawn``) with a set beside it (``_unsettled``): settling is a
     set removal, and the watermark drops settled values from the front of the queue, each
     once, so it advances in O(1) amortised time, however far out of order installs settle.
+
+    With a shared ``counter`` (a shard of several workers) this object tracks one worker's
+    draws, and ``watermark`` is that worker's claim: every value at or below it that *this
+    worker* drew is settled. Values in between were drawn by the other workers, whose claims
+    cover them, so the shard's watermark is the minimum of its workers' claims. A worker with
+    nothing unsettled claims the shared counter's current value: what it drew is at or below
+    it, and what it draws later is above it (the counter only grows). That is how an idle
+    worker never holds its shard back.
     """
 
-    __slots__ = ("_drawn", "_last_drawn", "_unsettled")
+    __slots__ = ("_counter", "_drawn", "_last_drawn", "_unsettled")
 
-    def __init__(self, start: int = 0) -> None:
-        self._last_drawn = start
+    def __init__(self, start: int = 0, counter: CounterSource | None = None) -> None:
+        self._counter = counter
+        self._last_drawn = start if counter is None else counter.raise_to(start)
         self._unsettled: set[int] = set()
         self._drawn: deque[int] = deque()
 
     @property
     def last_drawn(self) -> int:
+        """The last value this worker drew (one worker: the shard's counter)."""
         return self._last_drawn
 
     def draw(self) -> int:
-        counter = self._last_drawn = self._last_drawn + 1
+        if self._counter is None:
+            counter = self._last_drawn = self._last_drawn + 1
+        else:
+            counter = self._last_drawn = self._counter.draw()
         self._unsettled.add(counter)
         self._drawn.append(counter)
         return counter
@@ -52,7 +101,10 @@ class ShardWatermark:
     def start_epoch(self, epoch: int) -> None:
         """Counters drawn from now on belong to ``epoch`` (docs/recovery.md). Counters of
         earlier epochs still unsettled keep the watermark below them until settled."""
-        self._last_drawn = max(self._last_drawn, counter_base(epoch))
+        if self._counter is None:
+            self._last_drawn = max(self._last_drawn, counter_base(epoch))
+        else:
+            self._counter.raise_to(counter_base(epoch))
 
     def settle(self, counter: int) -> None:
         """The transaction that drew ``counter`` aborted or became durable."""
@@ -69,7 +121,7 @@ class ShardWatermark:
             if smallest in unsettled:
                 return smallest - 1
             drawn.popleft()
-        return self._last_drawn
+        return self._last_drawn if self._counter is None else self._counter.value()
 
     def unsettled_count(self) -> int:
         return len(self._unsettled)

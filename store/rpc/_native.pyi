@@ -1,5 +1,6 @@
 """Type stub of the C extension built from native/ (see docs/rpc.md)."""
 
+import os
 from typing import Any
 
 HEADER_BYTES: int
@@ -110,3 +111,24 @@ class Syncer:
         meanwhile) and closes the eventfd; a later ``submit`` raises RuntimeError and
         ``take`` still returns what completed. Again: nothing. Also done when the object is
         freed."""
+
+class SharedCounter:
+    """One 64-bit counter in a shared memory file that several processes draw from with an
+    atomic fetch-and-add (native/mr_counter.c): the per-shard counter the worker processes of
+    a shard leader share. Values stay in ``[0, 2**63)`` and only grow."""
+
+    def __init__(self, path: str | bytes | os.PathLike[str], create: bool = False) -> None:
+        """Maps the counter file at ``path``. With ``create`` a missing or empty file becomes
+        a counter at 0. OSError if the file cannot be opened or mapped; ValueError if it is
+        not a counter file (it is left as it was)."""
+    def draw(self) -> int:
+        """Adds one and returns the new value; no two draws, in any process, return the
+        same value."""
+    def value(self) -> int:
+        """The value now (the last value drawn, or raised to)."""
+    def raise_to(self, floor: int, /) -> int:
+        """Lifts the value to at least ``floor`` (ValueError if negative) and returns the
+        value after: never lowers it."""
+    def close(self) -> None:
+        """Unmaps the file (the value stays in it); any later call but ``close`` raises
+        RuntimeError."""

@@ -1,0 +1,80 @@
+"""The shard watermark (DESIGN.md §4) checked against its definition: the largest counter c
+such that every value at or below c that anyone drew is settled (aborted or durable). With a
+shard of several workers drawing from one shared counter, the shard's watermark is the
+minimum of the workers' claims; that rule must equal the definition in every interleaving."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.core.epoch import counter_base
+from store.core.watermark import LocalCounter, ShardWatermark
+
+
+def _definition(unsettled: set[int], counter: LocalCounter) -> int:
+    # Values never drawn (skipped by an epoch's start) have nothing to wait for.
+    return min(unsettled) - 1 if unsettled else counter.value()
+
+
+# An operation: (worker, what, choice): draw a value, settle one of the worker's unsettled
+# values (chosen by `choice`), or start the next epoch on every worker.
+operations = st.lists(
+    st.tuples(st.integers(0, 3), st.sampled_from(["draw", "draw", "settle", "epoch"]),
+              st.integers(0, 1 << 16)),
+    max_size=200,
+)
+
+
+@given(workers=st.integers(1, 4), ops=operations)
+@settings(max_examples=300, deadline=None)
+def test_minimum_over_workers_is_the_shards_watermark(workers: int, ops: list[tuple[int, str, int]]) -> None:
+    counter = LocalCounter()
+    marks = [ShardWatermark(counter=counter) for _ in range(workers)]
+    mine: list[list[int]] = [[] for _ in range(workers)]  # each worker's unsettled values
+    unsettled: set[int] = set()
+    epoch = 0
+    for worker, what, choice in ops:
+        worker %= workers
+        if what == "draw":
+            value = marks[worker].draw()
+            assert value not in unsettled and value == counter.value()
+            mine[worker].append(value)
+            unsettled.add(value)
+        elif what == "settle" and mine[worker]:
+            value = mine[worker].pop(choice % len(mine[worker]))
+            marks[worker].settle(value)
+            unsettled.discard(value)
+        elif what == "epoch" and epoch < 3:
+            epoch += 1
+            for mark in marks:
+                mark.start_epoch(epoch)
+            assert counter.value() >= counter_base(epoch)
+        assert min(mark.watermark for mark in marks) == _definition(unsettled, counter)
+
+
+def test_an_idle_worker_claims_the_shared_counter_and_a_busy_one_holds_below_its_oldest() -> None:
+    counter = LocalCounter()
+    busy, idle = ShardWatermark(counter=counter), ShardWatermark(counter=counter)
+    first = busy.draw()
+    second = busy.draw()
+    assert idle.watermark == second  # idle: drew nothing, vouches for everything so far
+    assert busy.watermark == first - 1
+    busy.settle(second)
+    assert busy.watermark == first - 1  # out of order: still held by the first
+    busy.settle(first)
+    assert busy.watermark == second
+    own = idle.draw()
+    assert busy.watermark == own  # busy is idle now: its claim follows the shared counter
+    assert idle.watermark == own - 1
+
+
+def test_one_worker_without_a_shared_counter_is_unchanged() -> None:
+    alone = ShardWatermark(start=5)
+    assert alone.watermark == 5
+    assert alone.draw() == 6
+    assert alone.watermark == 5
+    alone.settle(6)
+    assert alone.watermark == 6
+    alone.start_epoch(1)
+    assert alone.draw() == counter_base(1) + 1
