@@ -83,6 +83,13 @@ class Partitioner:
         """Shards that may hold keys in [lo, hi). Hashing scatters ranges: every shard."""
         return range(self.shard_count)
 
+    def worker_of(self, key: str, workers: int) -> int:
+        """Which of its shard's ``workers`` processes holds ``key``: the placement rule one
+        level down (docs/design.md, "Workers"). Hashed keys use the hash's bits above the
+        shard's (``crc // S``), so that the keys of one shard spread over its workers
+        whatever S and W are."""
+        return (zlib.crc32(key.encode()) // self.shard_count) % workers
+
 
 class PrefixPartitioner(Partitioner):
     """Places a key by an integer field: ``table/<n>/...`` (string keys, the path's field
@@ -165,6 +172,16 @@ class PrefixPartitioner(Partitioner):
         return value, (*parts[:field], value)
 
     def _placed(self, key: str) -> int | None:
+        found = self._placed_field(key)
+        if found is None:
+            return None
+        value, splits = found
+        if splits:
+            return min(bisect.bisect_right(splits, value), self.shard_count - 1)
+        return value % self.shard_count
+
+    def _placed_field(self, key: str) -> tuple[int, tuple[int, ...]] | None:
+        """The integer that places ``key`` and its table's splits; None if hashed."""
         if key < PACKED_BELOW:  # a tuple key: its table (the first element), then the rule
             at = element_end(key, 0)
             if at < 0:
@@ -186,10 +203,7 @@ class PrefixPartitioner(Partitioner):
             found = self._field(key, field)
         if found is None:
             return None
-        value = found[0]
-        if splits:
-            return min(bisect.bisect_right(splits, value), self.shard_count - 1)
-        return value % self.shard_count
+        return found[0], splits
 
     def shard_of(self, key: str) -> int:
         at = self._home(key)
@@ -206,6 +220,19 @@ class PrefixPartitioner(Partitioner):
             assert placed is not None
             return (placed,)
         return range(self.shard_count)
+
+    def worker_of(self, key: str, workers: int) -> int:
+        """A placed key's worker follows its field, so everything of one warehouse stays on
+        one worker: with splits, the field mod W; by modulo, the field's quotient by S mod W
+        (the field mod W would leave some workers of a shard without keys whenever S and W
+        share a factor: with S = W = 2, shard 0 holds even fields only).
+        Hashed keys, and a replicated table's (on every worker; this is routing only), use
+        the hash."""
+        found = None if table_of(key) in self._replicated else self._placed_field(key)
+        if found is None:
+            return super().worker_of(key, workers)
+        value, splits = found
+        return value % workers if splits else (value // self.shard_count) % workers
 
 
 def _both_names(tables: Iterable[str]) -> list[str]:

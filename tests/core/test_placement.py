@@ -124,3 +124,33 @@ def test_status_shows_the_placement() -> None:
 def test_bad_placement_is_refused_with_the_reason(placement: dict[str, Any], complaint: str) -> None:
     with pytest.raises(ConfigError, match=complaint):
         _config(placement)
+
+
+@pytest.mark.parametrize(("shards", "workers"), [(1, 2), (2, 2), (3, 2), (4, 2), (2, 4)])
+def test_a_shards_keys_spread_over_its_workers_one_warehouse_on_one(shards: int, workers: int) -> None:
+    """Workers (issue 16): the placement rule one level down. Every worker of every shard
+    gets a fair share, by field or by hash, and the keys of one warehouse share a worker."""
+    by_field = PrefixPartitioner(shards, field=1)
+    hashed = Partitioner(shards)
+    for partitioner, keys in (
+        (by_field, [pack(("stock", w, item)) for w in range(64) for item in range(4)]),
+        (by_field, [f"stock/{w}/{item}" for w in range(64) for item in range(4)]),
+        (hashed, [f"k{i}" for i in range(4000)]),
+    ):
+        load: dict[tuple[int, int], int] = {}
+        for key in keys:
+            place = (partitioner.shard_of(key), partitioner.worker_of(key, workers))
+            assert 0 <= place[1] < workers
+            load[place] = load.get(place, 0) + 1
+        assert len(load) == shards * workers  # no worker of any shard left without keys
+        fair = len(keys) / (shards * workers)
+        assert all(0.8 * fair <= n <= 1.2 * fair for n in load.values()), load
+    for w in range(64):
+        assert len({by_field.worker_of(pack(("stock", w, item)), workers) for item in range(9)}) == 1
+        assert by_field.worker_of(f"stock/{w}/1", workers) == by_field.worker_of(pack(("stock", w, 1)), workers)
+    assert {Partitioner(shards).worker_of(f"k{i}", 1) for i in range(100)} == {0}
+
+
+def test_range_placed_keys_spread_over_workers_by_their_field() -> None:
+    split = PrefixPartitioner(2, field=None, tables={"stock": (1, [10])})
+    assert [split.worker_of(pack(("stock", w, 1)), 2) for w in range(8, 13)] == [0, 1, 0, 1, 0]
