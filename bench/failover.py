@@ -56,7 +56,9 @@ from store.node.up import ProcessCluster  # noqa: E402
 from store.rpc.aio import new_event_loop  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from micro import KeyChooser, keys_per_shard, preload  # noqa: E402
+from micro import KeyChooser, preload  # noqa: E402
+
+from store.node.generator import micro_keys  # noqa: E402
 
 REGIONS = ("us", "eu", "ap")
 
@@ -99,7 +101,7 @@ async def drive(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str,
     client = await Client.connect(config, in_flight_max=max(256, args.clients * 4))
     admin = await Client.connect(config)
     try:
-        keys = keys_per_shard(client.partitioner, shards, args.keys_per_shard)
+        keys = micro_keys(client.partitioner, shards, args.keys_per_shard)
         await preload(client, keys, quiet=True)
         rng = random.Random(args.seed)
         chooser = KeyChooser(keys, 0.0, rng)

@@ -68,7 +68,9 @@ from store.node.up import ProcessCluster  # noqa: E402
 from store.rpc.aio import new_event_loop  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from micro import KeyChooser, keys_per_shard, preload  # noqa: E402
+from micro import KeyChooser, preload  # noqa: E402
+
+from store.node.generator import micro_keys  # noqa: E402
 
 # (name, round trip ms, speculation, fsync): every run of one invocation, in order. Every
 # server syncs its acceptor's votes before it answers (the default) except in the last run.
@@ -111,7 +113,7 @@ def cluster_file(
 async def drive(config: Any, args: argparse.Namespace, label: str, quiet: bool) -> dict[str, Any]:
     client = await Client.connect(config, in_flight_max=max(256, args.clients * 4))
     try:
-        keys = keys_per_shard(client.partitioner, 2, args.keys_per_shard)
+        keys = micro_keys(client.partitioner, 2, args.keys_per_shard)
         await preload(client, keys, quiet=True)
         rng = random.Random(args.seed)
         chooser = KeyChooser(keys, 0.0, rng)

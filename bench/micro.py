@@ -15,7 +15,16 @@ client; the core's figure has one for both leaders and no client.
 read before and after the load) per transaction attempt the clients made: 1.0 when every
 transaction costs one request.
 
+``--generators in-server`` measures the way Mako does: no client path. Each shard leader
+runs the mix itself (store/node/generator.py; the cluster is started with
+MERIDIAN_LOAD_GENERATORS=1), ``--clients`` transactions in flight per shard, each homed on
+that shard with the same remote accesses; transactions go to the replica as objects and
+their outcomes come back as objects (no codec, no SDK, no client RPC). Remote accesses
+still cross the RPC core between leaders. ``txn_per_s_per_shard`` is the figure to set
+beside Mako's per-thread throughput (each shard leader is one process on one core).
+
     python bench/micro.py --shards 2 --duration 20 [--json]
+    python bench/micro.py --shards 1 --generators in-server [--json]
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import argparse
 import asyncio
 import bisect
 import json
+import os
 import random
 import sys
 import tempfile
@@ -34,11 +44,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import msgpack  # noqa: E402
 from hdrh.histogram import HdrHistogram  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from store import config as config_module  # noqa: E402
+from store import wire  # noqa: E402
 from store.client import Aborted, Client, MeridianError  # noqa: E402
+from store.client.protocol import Call, Connect  # noqa: E402
+from store.node.generator import GENERATORS_ENV, GenerateSpec, micro_keys  # noqa: E402
 from store.node.scrape import scrape_cluster, total  # noqa: E402
 from store.node.up import ProcessCluster  # noqa: E402
 from store.rpc.aio import new_event_loop  # noqa: E402
@@ -79,18 +93,6 @@ class KeyChooser:
         if self.cdf is None:
             return keys[self.rng.randrange(len(keys))]
         return keys[min(bisect.bisect_left(self.cdf, self.rng.random()), len(keys) - 1)]
-
-
-def keys_per_shard(partitioner: Any, shards: int, count: int) -> list[list[str]]:
-    by_shard: list[list[str]] = [[] for _ in range(shards)]
-    i = 0
-    while min(len(k) for k in by_shard) < count:
-        key = f"micro/{i:09d}"
-        shard = partitioner.shard_of(key)
-        if len(by_shard[shard]) < count:
-            by_shard[shard].append(key)
-        i += 1
-    return by_shard
 
 
 async def preload(client: Client, keys: list[list[str]], quiet: bool) -> None:
@@ -145,7 +147,7 @@ async def drive(
             counts[kind] += 1
             counts["attempts"] += result.attempts
             counts["aborted_attempts"] += result.attempts - 1
-            if cross_shard:  # the keys of each shard are that shard's (keys_per_shard)
+            if cross_shard:  # the keys of each shard are that shard's (micro_keys)
                 counts["cross_shard"] += 1
 
     async def progress() -> None:
@@ -195,6 +197,8 @@ def main() -> None:
     parser.add_argument("--connect", type=Path, help="a running cluster's file (else start one)")
     parser.add_argument("--base-port", type=int, default=7400)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--generators", choices=("client", "in-server"), default="client",
+                        help="where load is made: the SDK in this process, or inside each shard leader")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     quiet = args.json and not sys.stderr.isatty()
@@ -205,6 +209,8 @@ def main() -> None:
             config = config_module.load(args.connect)
         else:
             config = config_module.load(cluster_file(Path(scratch), args.shards, args.base_port))
+            if args.generators == "in-server":
+                os.environ[GENERATORS_ENV] = "1"  # the servers inherit it
             cluster = ProcessCluster(config)
             cluster.start()
         try:
@@ -221,11 +227,13 @@ def main() -> None:
     core_txn_per_s = core_throughput(20_000, len(config.shards), args.keys_per_shard, args.remote)
     counts, histograms, elapsed = measured["counts"], measured["histograms"], measured["elapsed"]
     committed = counts["read_only"] + counts["rmw"]
+    in_server = args.generators == "in-server"
     both = HdrHistogram(1, 60_000_000, 3)
     for histogram in histograms.values():
         both.add(histogram)
     result: dict[str, Any] = {
         "shards": len(config.shards),
+        "generators": args.generators,
         "clients": args.clients,
         "duration_s": round(elapsed, 2),
         "keys_per_shard": args.keys_per_shard,
@@ -238,12 +246,21 @@ def main() -> None:
         "p99_ms": percentile_ms(both, 99),
         "p999_ms": percentile_ms(both, 99.9),
         "max_ms": round(both.get_max_value() / 1000.0, 3),
-        "submits": measured["submits"],
-        "submits_per_txn": round(measured["submits"] / max(counts["attempts"], 1), 4),
         "core_txn_per_s": round(core_txn_per_s, 1),
         "efficiency": round(committed / elapsed / core_txn_per_s, 4),
         "metrics": metrics_check(measured["scraped"], committed),
     }
+    if in_server:
+        result["in_flight_per_shard"] = args.clients
+        result["txn_per_s_per_shard"] = round(committed / elapsed / len(config.shards), 1)
+        result["failed_after_retries"] = counts["failed"]
+        result["not_measured"] = (
+            "no client path (no SDK, no codec, no client RPC): load is made inside each shard "
+            "leader, as Mako's benchmark does; remote accesses and the servers' RPC between "
+            "leaders are measured; one region, no replication")
+    else:
+        result["submits"] = measured["submits"]
+        result["submits_per_txn"] = round(measured["submits"] / max(counts["attempts"], 1), 4)
     for kind, histogram in histograms.items():
         result[kind] = {
             "committed": counts[kind],
@@ -255,14 +272,19 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"microbenchmark: {result['shards']} shards, {args.clients} clients, {result['duration_s']} s")
+    made = "generated inside each shard leader" if in_server else f"{args.clients} clients"
+    print(f"microbenchmark: {result['shards']} shards, {made}, {result['duration_s']} s")
     print(f"  throughput {result['txn_per_s']:,.0f} txn/s  abort rate {result['abort_rate']:.2%}  "
           f"cross-shard {result['cross_shard_fraction']:.1%}  errors {result['errors']}")
     for kind in ("read_only", "rmw"):
         r = result[kind]
         print(f"  {kind:9} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
               f"p999 {r['p999_ms']:.2f} ms  max {r['max_ms']:.2f} ms")
-    print(f"  {result['submits_per_txn']} SUBMIT requests per transaction attempt")
+    if in_server:
+        print(f"  {result['txn_per_s_per_shard']:,.0f} txn/s per shard leader process "
+              f"({args.clients} in flight each); not measured: {result['not_measured']}")
+    else:
+        print(f"  {result['submits_per_txn']} SUBMIT requests per transaction attempt")
     metrics = result["metrics"]
     print(f"  servers' metrics ({metrics['endpoints_scraped']} of {metrics['endpoints']} endpoints): "
           f"{metrics['committed_counted_by_servers']:,} committed, "
@@ -302,17 +324,46 @@ async def submits(client: Client) -> int:
 async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
     client = await Client.connect(config, in_flight_max=max(256, args.clients))
     try:
-        keys = keys_per_shard(client.partitioner, len(config.shards), args.keys_per_shard)
+        keys = micro_keys(client.partitioner, len(config.shards), args.keys_per_shard)
         if not args.connect:
             await preload(client, keys, quiet)
         before = await submits(client)
         scraped_before = await asyncio.to_thread(scrape_cluster, config)
-        measured = await drive(client, keys, args, quiet)
+        if args.generators == "in-server":
+            measured = await generate_in_servers(client, args)
+        else:
+            measured = await drive(client, keys, args, quiet)
         measured["submits"] = await submits(client) - before
         measured["scraped"] = (scraped_before, await asyncio.to_thread(scrape_cluster, config))
         return measured
     finally:
         await client.close()
+
+
+async def generate_in_servers(client: Client, args: argparse.Namespace) -> dict[str, Any]:
+    """Every shard leader runs the mix itself (wire.GENERATE); their counts and histograms
+    summed. Uses the SDK's session plumbing directly: a benchmark's request, not an API."""
+    spec = GenerateSpec(args.duration, args.clients, args.keys_per_shard, args.remote, args.seed)
+    timeout = args.duration + 120.0
+
+    async def one(address: Any) -> dict[str, Any]:
+        await client._carry_out(Connect(address, client.settings.connect_timeout_s))
+        answer = msgpack.unpackb(await client._carry_out(Call(address, wire.GENERATE, spec.to_wire(), timeout)))
+        if "error" in answer:
+            raise SystemExit(f"micro: {address} refused to generate load: {answer['error']}")
+        return dict(answer)
+
+    answers = await asyncio.gather(*(one(address) for address in client.protocol.leaders))
+    elapsed = max(a["elapsed_s"] for a in answers)  # each server's run, its drain included
+    counts = {"read_only": 0, "rmw": 0, "attempts": 0, "aborted_attempts": 0, "errors": 0,
+              "cross_shard": 0, "failed": 0}
+    histograms = {kind: HdrHistogram(1, 60_000_000, 3) for kind in ("read_only", "rmw")}
+    for answer in answers:
+        for name in counts:
+            counts[name] += answer["counts"][name]
+        for kind, encoded in answer["histograms"].items():
+            histograms[kind].add(HdrHistogram.decode(encoded))
+    return {"counts": counts, "histograms": histograms, "elapsed": elapsed}
 
 
 if __name__ == "__main__":

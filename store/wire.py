@@ -17,6 +17,9 @@ Payloads are ``store.protocol.codec`` messages:
   ``ready()`` sends there, as one msgpack array of the encoded messages
   (``codec.encode_batch``); the response is the array of their replies (empty for one-way
   messages), in the same order.
+* ``GENERATE``: a ``store.node.generator.GenerateSpec`` (msgpack map) for a shard leader
+  started with ``MERIDIAN_LOAD_GENERATORS=1``: it runs that load itself and, when done,
+  answers a msgpack map of counts and latency histograms; otherwise ``{"error": why}``.
 """
 
 SUBMIT = 1
@@ -25,3 +28,4 @@ STATUS = 3
 SNAPSHOT = 4
 CONFIG = 5
 PEER_MANY = 7  # 6 was a batch of submissions, tried and dropped (docs/design.md)
+GENERATE = 8

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -211,6 +211,9 @@ class ReplicaHost:
         # CERTIFIED answer). An answer goes to an RPC request, or to its place in a batch.
         self._client_waiters: dict[tuple[str, int], list[tuple[Responder, bool]]] = {}
         self._peer_replies: dict[str, Responder] = {}
+        # Transactions of an in-server load generator (store/node/generator.py), answered
+        # with the Outcome object itself: their final answer only.
+        self._local_waiters: dict[tuple[str, int], Callable[[Outcome], None]] = {}
         self._next_token = 0
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
@@ -273,6 +276,24 @@ class ReplicaHost:
         self._client_waiters.setdefault(key, []).append((respond, message.want_certified))
         self._deliver(CLIENT_PREFIX + message.client_id, message)
         return None
+
+    def submit_local(self, submissions: Sequence[tuple[Submit, Callable[[Outcome], None]]]) -> None:
+        """Transactions made in this process (an in-server load generator): each handed to
+        the replica as the object it is, its final Outcome passed to its callback (which
+        must not call back in here: it is called in the middle of a flush). One ready()
+        for the batch."""
+        if self.failure is not None or not isinstance(self.replica, ShardLeader):
+            for message, then in submissions:
+                then(Outcome(message.seq, Status.UNAVAILABLE, None, EMPTY, "not a shard leader"))
+            return
+        try:
+            now = self.timers.clock_ns()
+            for message, then in submissions:
+                self._local_waiters[(message.client_id, message.seq)] = then
+                self.replica.handle(now, CLIENT_PREFIX + message.client_id, message)
+            self._flush()
+        except Exception as exc:  # a broken invariant, as in _deliver
+            self._fail(exc)
 
     def _on_peer(self, handle: ReqHandle, payload: bytes) -> bytes | None:
         if self.failure is not None:
@@ -593,6 +614,11 @@ class ReplicaHost:
 
     def _answer_client(self, client_id: str, outcome: Outcome) -> None:
         key = (client_id, outcome.seq)
+        if self._local_waiters and outcome.status != Status.CERTIFIED:
+            local = self._local_waiters.pop(key, None)
+            if local is not None:
+                local(outcome)
+                return
         waiters = self._client_waiters.get(key)
         if not waiters:
             return

@@ -31,11 +31,19 @@ import msgpack
 from store import wire
 from store.config import ClusterConfig, ConfigError, ReplicaNode
 from store.core.cm import CM_STREAM, ConfigMember
+from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
 from store.core.paxos import DEFAULT_STREAM_SETTINGS, Acceptor, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.txn import Procedures
 from store.node.durable import WalDurable
+from store.node.generator import (
+    GENERATORS_ENV,
+    GenerateSpec,
+    Generator,
+    generators_enabled,
+    micro_keys,
+)
 from store.node.host import ReplicaHost, restore_follower
 from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport, TlsIdentity
@@ -247,6 +255,8 @@ class ShardServer:
         self.durable.checkpoint = self.host.checkpoint
         self.host.register(nexus)
         nexus.register_req_func(wire.STATUS, self._on_status)
+        nexus.register_req_func(wire.GENERATE, self._on_generate)
+        self._generator: Generator | None = None
         self.started_at = time.time()
         self.counters: dict[str, Any] = self.host.counters
         self.transport_routes = set(routes)
@@ -354,6 +364,36 @@ class ShardServer:
     def _metrics_url(self) -> str:
         listen = self.config.metrics_listen(self.node)
         return "" if listen is None else f"http://{listen[0]}:{listen[1]}/metrics"
+
+    def _on_generate(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        """Runs in-server load (store/node/generator.py) and answers when it is done."""
+
+        def refuse(why: str) -> bytes:
+            return bytes(msgpack.packb({"error": why}))
+
+        if not generators_enabled():
+            return refuse(f"load generators are off on this server (start it with {GENERATORS_ENV}=1)")
+        if not isinstance(self.replica, ShardLeader) or self.replica.retired:
+            return refuse("not a shard leader")
+        if self._generator is not None:
+            return refuse("a load generator is already running here")
+        try:
+            spec = GenerateSpec.from_wire(payload)
+        except InvalidRequest as exc:
+            return refuse(str(exc))
+        shards = len(self.config.shards)
+        keys = micro_keys(self.config.partitioner(), shards, spec.keys_per_shard)
+
+        def done(result: dict[str, Any]) -> None:
+            self._generator = None
+            self.rpc.enqueue_response(handle, bytes(msgpack.packb(result)))
+
+        self._generator = Generator(
+            self.host, self.shard, keys, spec,
+            now_s=time.monotonic, soon=self.loop.call_soon, done=done,
+        )
+        self._generator.start()
+        return None
 
     def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
         replica = self.replica

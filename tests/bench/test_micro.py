@@ -1,0 +1,42 @@
+"""bench/micro.py end to end, briefly: the client path (one SUBMIT per transaction) and the
+in-server generators (no SUBMIT at all), each counted the same way the servers count."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _micro(*args: str) -> dict[str, Any]:
+    port = 44000 + (os.getpid() % 20) * 20
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "micro.py"), "--shards", "2", "--duration", "1",
+         "--keys-per-shard", "300", "--clients", "8", "--base-port", str(port), "--json", *args],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    return dict(json.loads(out.stdout))
+
+
+@pytest.mark.parametrize("generators", ["client", "in-server"])
+def test_micro_counts_what_the_servers_committed(generators: str) -> None:
+    result = _micro("--generators", generators)
+    assert result["generators"] == generators
+    assert result["txn_per_s"] > 0 and result["errors"] == 0
+    assert result["cross_shard_fraction"] > 0
+    # The servers' own count of commits over the run equals the benchmark's.
+    metrics = result["metrics"]
+    assert metrics["endpoints_scraped"] == metrics["endpoints"] == 2
+    assert metrics["ratio_to_benchmark"] == 1.0
+    if generators == "client":
+        assert result["submits_per_txn"] == 1.0
+    else:
+        assert "submits" not in result
+        assert result["txn_per_s_per_shard"] == pytest.approx(result["txn_per_s"] / 2, rel=0.01)
+        assert "no client path" in result["not_measured"]

@@ -1,0 +1,120 @@
+"""In-server load generators (bench/micro.py --generators in-server, store/node/generator.py):
+the load Mako measures, made inside each shard leader. What a user of the benchmark relies on:
+the transactions are real (every committed increment is in the store exactly once, nothing
+aborted left a trace), remote accesses happen, and a server not started for it
+refuses, saying how."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from store import config as config_module
+from store import wire
+from store.client import Client
+from store.client.protocol import Call, Connect
+from store.node.generator import GENERATORS_ENV, GenerateSpec, micro_keys
+from store.node.up import ProcessCluster
+from tests.cluster.conftest import run, write_cluster_file
+
+KEYS_PER_SHARD = 50
+
+
+@pytest.fixture
+def generating_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessCluster]:
+    monkeypatch.setenv(GENERATORS_ENV, "1")  # the servers inherit it
+    running = ProcessCluster(config_module.load(write_cluster_file(tmp_path)))
+    running.start()
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+async def _generate(client: Client, payload: bytes) -> list[dict[str, Any]]:
+    answers = []
+    for address in client.protocol.leaders:
+        await client._carry_out(Connect(address, 3.0))
+        answers.append(msgpack.unpackb(await client._carry_out(Call(address, wire.GENERATE, payload, 60.0))))
+    return answers
+
+
+def test_generated_transactions_are_real_and_counted(generating_cluster: ProcessCluster) -> None:
+    async def scenario() -> tuple[list[dict[str, Any]], int, list[int]]:
+        client = await Client.connect(generating_cluster.config)
+        try:
+            keys = micro_keys(client.partitioner, 2, KEYS_PER_SHARD)
+            for shard, shard_keys in enumerate(keys):
+                await client.run_ops([["put", key, 0] for key in shard_keys], route=shard)
+            before = [int(s["counters"]["submits"]) for s in await client.status() if s]
+            # Few keys and 8 in flight per shard: conflicts happen, and retries with them.
+            spec = GenerateSpec(1.0, 8, KEYS_PER_SHARD, 0.3, 7)
+            answers = await _generate(client, spec.to_wire())
+            after = [int(s["counters"]["submits"]) for s in await client.status() if s]
+            total = 0
+            for shard_keys in keys:
+                values = await client.run_ops([["get", key] for key in shard_keys])
+                total += sum(values)
+            return answers, total, [a - b for a, b in zip(after, before, strict=True)]
+        finally:
+            await client.close()
+
+    answers, total, submits = run(scenario())
+    assert [a["shard"] for a in answers] == [0, 1]
+    for answer in answers:
+        counts = answer["counts"]
+        assert counts["read_only"] > 50 and counts["rmw"] > 50, counts
+        assert counts["cross_shard"] > 0 and counts["errors"] == 0, (counts, answer["errors_by_status"])
+        # Each transaction's attempts are aborted ones but its last (committed, or an error).
+        committed = counts["read_only"] + counts["rmw"]
+        assert counts["attempts"] - counts["aborted_attempts"] == committed + counts["errors"]
+        assert counts["aborted_attempts"] > 0  # contention on 50 keys: retries ran
+    # Every committed read-modify-write incremented its 4 keys once; nothing aborted or
+    # failed left a trace.
+    assert total == 4 * sum(a["counts"]["rmw"] for a in answers)
+    # No client request carried them: no SUBMIT arrived while they ran.
+    assert submits == [0, 0]
+
+
+def test_a_server_not_started_for_it_refuses_and_bad_specs_are_named(tmp_path: Path) -> None:
+    running = ProcessCluster(config_module.load(write_cluster_file(tmp_path, shards=1)))
+    running.start()
+    try:
+        running.wait_ready()
+
+        async def scenario() -> list[dict[str, Any]]:
+            client = await Client.connect(running.config)
+            try:
+                return await _generate(client, GenerateSpec(1.0, 8, 10, 0.0, 1).to_wire())
+            finally:
+                await client.close()
+
+        (answer,) = run(scenario())
+        assert GENERATORS_ENV in answer["error"] and "off" in answer["error"]
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize(
+    ("payload", "complaint"),
+    [
+        (b"\xc1", "not msgpack"),
+        (msgpack.packb([1, 2]), "is a map"),
+        (msgpack.packb({"duration_s": 1}), "fields must be"),
+        (msgpack.packb({"duration_s": 0, "in_flight": 1, "keys_per_shard": 1, "remote": 0, "seed": 1}), "duration_s"),
+        (msgpack.packb({"duration_s": 1, "in_flight": 10**6, "keys_per_shard": 1, "remote": 0, "seed": 1}), "in_flight"),
+        (msgpack.packb({"duration_s": 1, "in_flight": 1, "keys_per_shard": 0, "remote": 0, "seed": 1}), "keys_per_shard"),
+        (msgpack.packb({"duration_s": 1, "in_flight": 1, "keys_per_shard": 1, "remote": 2, "seed": 1}), "remote"),
+        (msgpack.packb({"duration_s": 1, "in_flight": 1, "keys_per_shard": 1, "remote": 0, "seed": "x"}), "seed"),
+    ],
+)
+def test_bad_specs_are_refused_by_name(payload: bytes, complaint: str) -> None:
+    from store.core.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match=complaint):
+        GenerateSpec.from_wire(payload)
