@@ -259,6 +259,11 @@ def main() -> None:
             "leader, as Mako's benchmark does; remote accesses and the servers' RPC between "
             "leaders are measured; one region, no replication")
     else:
+        # What the client's RPC endpoint did per committed transaction: packets, and the
+        # retransmissions a response slower than the retransmission timeout costs.
+        result["client_rpc_per_txn"] = {
+            name: round(value / max(committed, 1), 3) for name, value in measured["client_rpc"].items()
+        }
         result["submits"] = measured["submits"]
         result["submits_per_txn"] = round(measured["submits"] / max(counts["attempts"], 1), 4)
     for kind, histogram in histograms.items():
@@ -329,10 +334,16 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
             await preload(client, keys, quiet)
         before = await submits(client)
         scraped_before = await asyncio.to_thread(scrape_cluster, config)
+        rpc_before = client._rpc.stats()
         if args.generators == "in-server":
             measured = await generate_in_servers(client, args)
         else:
             measured = await drive(client, keys, args, quiet)
+        rpc_after = client._rpc.stats()
+        measured["client_rpc"] = {
+            name: rpc_after[name] - rpc_before[name]
+            for name in ("tx_pkts", "rx_pkts", "retransmits", "rx_held", "rx_stale")
+        }
         measured["submits"] = await submits(client) - before
         measured["scraped"] = (scraped_before, await asyncio.to_thread(scrape_cluster, config))
         return measured
