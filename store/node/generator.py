@@ -36,7 +36,7 @@ GENERATORS_ENV = "MERIDIAN_LOAD_GENERATORS"
 RETRIES_MAX = 10
 LATENCY_MAX_US = 60_000_000
 IN_FLIGHT_MAX = 4096
-# The server lists every shard's keys before it starts (about 1 s per million on this machine,
+# The server lists every shard's keys before it starts (1-2 s per million keys on this machine,
 # with the loop blocked): a bound keeps a request from stalling a leader for minutes.
 KEYS_PER_SHARD_MAX = 1_000_000
 DURATION_MAX_S = 3600.0
