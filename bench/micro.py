@@ -201,6 +201,8 @@ def main() -> None:
                         help="where load is made: the SDK in this process, or inside each shard leader")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if args.generators == "in-server" and args.zipf > 0:
+        parser.error("--zipf: the in-server generators choose keys uniformly (not built for zipfian)")
     quiet = args.json and not sys.stderr.isatty()
 
     with tempfile.TemporaryDirectory(prefix="meridian-micro-") as scratch:
