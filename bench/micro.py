@@ -197,6 +197,9 @@ def main() -> None:
     parser.add_argument("--connect", type=Path, help="a running cluster's file (else start one)")
     parser.add_argument("--base-port", type=int, default=7400)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--geo3", type=float, metavar="RTT_MS",
+                        help="run on cluster/geo3.toml's shape instead (2 shards, 3 regions, "
+                             "replication on) with this round trip between regions")
     parser.add_argument("--generators", choices=("client", "in-server"), default="client",
                         help="where load is made: the SDK in this process, or inside each shard leader")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -210,7 +213,14 @@ def main() -> None:
         if args.connect:
             config = config_module.load(args.connect)
         else:
-            config = config_module.load(cluster_file(Path(scratch), args.shards, args.base_port))
+            if args.geo3 is not None:
+                from bench.peers import meridian as geo3  # its cluster file, as bench/peers runs it
+
+                path = geo3.cluster_file(Path(scratch), Path(scratch) / "logs", args.geo3,
+                                         1.0 if args.geo3 > 0 else 0.0, args.base_port - 7400)
+            else:
+                path = cluster_file(Path(scratch), args.shards, args.base_port)
+            config = config_module.load(path)
             if args.generators == "in-server":
                 os.environ[GENERATORS_ENV] = "1"  # the servers inherit it
             cluster = ProcessCluster(config)
@@ -235,6 +245,7 @@ def main() -> None:
         both.add(histogram)
     result: dict[str, Any] = {
         "shards": len(config.shards),
+        "geo3_rtt_ms": args.geo3,
         "generators": args.generators,
         "clients": args.clients,
         "duration_s": round(elapsed, 2),
@@ -256,10 +267,11 @@ def main() -> None:
         result["in_flight_per_shard"] = args.clients
         result["txn_per_s_per_shard"] = round(committed / elapsed / len(config.shards), 1)
         result["failed_after_retries"] = counts["failed"]
+        replication = "" if args.geo3 is None else ", and replication to two more regions"
         result["not_measured"] = (
             "no client path (no SDK, no codec, no client RPC): load is made inside each shard "
-            "leader, as Mako's benchmark does; remote accesses and the servers' RPC between "
-            "leaders are measured; one region, no replication")
+            "leader, as Mako's benchmark does (remote accesses and the RPC between leaders are "
+            f"measured{replication})" + ("; one region, no replication" if args.geo3 is None else ""))
     else:
         # What the client's RPC endpoint did per committed transaction: packets, and the
         # retransmissions a response slower than the retransmission timeout costs.

@@ -41,3 +41,15 @@ def test_micro_counts_what_the_servers_committed(generators: str) -> None:
         assert "submits" not in result
         assert result["txn_per_s_per_shard"] == pytest.approx(result["txn_per_s"] / 2, rel=0.01)
         assert "no client path" in result["not_measured"]
+
+
+def test_in_server_generators_on_geo3_count_only_replicated_commits() -> None:
+    """``--geo3 RTT`` (cluster/geo3.toml's shape, replication on): every transaction the
+    generators count was COMMITTED, so durable in a second region, and the nine servers'
+    counters say the same."""
+    result = _micro("--geo3", "0", "--generators", "in-server")
+    assert result["shards"] == 2 and result["geo3_rtt_ms"] == 0.0
+    assert result["txn_per_s"] > 0 and result["errors"] == 0
+    assert result["metrics"]["endpoints_scraped"] == result["metrics"]["endpoints"] == 9
+    assert result["metrics"]["ratio_to_benchmark"] == 1.0
+    assert "replication to two more regions" in result["not_measured"]
