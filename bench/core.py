@@ -68,6 +68,10 @@ Txn = tuple[int, bool, list[str]]  # (home shard, read-only, 4 keys)
 
 
 def make_keys(partitioner: Partitioner, shards: int, per_shard: int) -> list[list[str]]:
+    """The keys of ``store.node.generator.micro_keys`` (what bench/micro.py preloads and the
+    in-server generators use), written out here so that this script still runs against
+    code from before that module, for back-to-back figures; tests/bench/test_micro.py
+    checks the two agree."""
     by_shard: list[list[str]] = [[] for _ in range(shards)]
     i = 0
     while min(len(keys) for keys in by_shard) < per_shard:

@@ -53,3 +53,17 @@ def test_in_server_generators_on_geo3_count_only_replicated_commits() -> None:
     assert result["metrics"]["endpoints_scraped"] == result["metrics"]["endpoints"] == 9
     assert result["metrics"]["ratio_to_benchmark"] == 1.0
     assert "replication to two more regions" in result["not_measured"]
+
+
+def test_the_pure_core_benchmark_uses_the_same_keys_as_the_cluster() -> None:
+    """bench/core.py keeps its own copy of the key list (it must run against older code):
+    efficiency compares like with like only while the copy matches micro_keys."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import core
+
+    from store.core.partition import Partitioner, PrefixPartitioner
+    from store.node.generator import micro_keys
+
+    for partitioner in (Partitioner(3), PrefixPartitioner(2, field=1)):
+        shards = partitioner.shard_count
+        assert core.make_keys(partitioner, shards, 500) == micro_keys(partitioner, shards, 500)

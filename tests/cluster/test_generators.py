@@ -6,34 +6,29 @@ refuses, saying how."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
-from store import config as config_module
 from store import wire
 from store.client import Client
 from store.client.protocol import Call, Connect
 from store.node.generator import GENERATORS_ENV, GenerateSpec, micro_keys
 from store.node.up import ProcessCluster
-from tests.cluster.conftest import run, write_cluster_file
+from tests.cluster.conftest import run
 
 KEYS_PER_SHARD = 50
 
 
 @pytest.fixture
-def generating_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessCluster]:
-    monkeypatch.setenv(GENERATORS_ENV, "1")  # the servers inherit it
-    running = ProcessCluster(config_module.load(write_cluster_file(tmp_path)))
-    running.start()
-    try:
-        running.wait_ready()
-        yield running
-    finally:
-        running.stop()
+def generators_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(GENERATORS_ENV, "1")  # the servers the cluster fixture starts inherit it
+
+
+@pytest.fixture
+def generating_cluster(generators_on: None, cluster: ProcessCluster) -> ProcessCluster:
+    return cluster  # conftest's two-shard cluster, started after generators_on
 
 
 async def _generate(client: Client, payload: bytes) -> list[dict[str, Any]]:
@@ -81,23 +76,18 @@ def test_generated_transactions_are_real_and_counted(generating_cluster: Process
     assert submits == [0, 0]
 
 
-def test_a_server_not_started_for_it_refuses_and_bad_specs_are_named(tmp_path: Path) -> None:
-    running = ProcessCluster(config_module.load(write_cluster_file(tmp_path, shards=1)))
-    running.start()
-    try:
-        running.wait_ready()
+def test_a_server_not_started_for_it_refuses(cluster: ProcessCluster) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        client = await Client.connect(cluster.config)
+        try:
+            return await _generate(client, GenerateSpec(1.0, 8, 10, 0.0, 1).to_wire())
+        finally:
+            await client.close()
 
-        async def scenario() -> list[dict[str, Any]]:
-            client = await Client.connect(running.config)
-            try:
-                return await _generate(client, GenerateSpec(1.0, 8, 10, 0.0, 1).to_wire())
-            finally:
-                await client.close()
-
-        (answer,) = run(scenario())
+    answers = run(scenario())
+    assert len(answers) == 2
+    for answer in answers:
         assert GENERATORS_ENV in answer["error"] and "off" in answer["error"]
-    finally:
-        running.stop()
 
 
 @pytest.mark.parametrize(
