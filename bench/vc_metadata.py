@@ -379,6 +379,9 @@ def measure(
         def watermark(self, address: str, vw: Mapping[int, int]) -> None:
             pass
 
+        def drew(self, clock: int, unit: int, counter: int) -> None:
+            pass
+
     settings = DEFAULT_SETTINGS.with_overrides(sparse_clocks=sparse_clocks)
     # Every leader may talk to every other one, every replica to every CM member.
     sessions = (regions + 1) * shards + clients + 16

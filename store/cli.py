@@ -18,6 +18,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     return SimOptions(
         shards=args.shards,
+        workers=args.workers,
         clients=args.clients,
         clients_per_process=args.clients_per_process,
         workload=args.workload,
@@ -130,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seeds", type=int, help="number of seeds to run (default 1)")
     sim.add_argument("--seed", type=int, help="first seed (default 0)")
     sim.add_argument("--shards", type=int, default=3)
+    sim.add_argument(
+        "--workers", type=int, default=1,
+        help="worker processes per shard leader, each with its own keys and Paxos stream "
+        "(default 1)",
+    )
     sim.add_argument("--clients", type=int, default=8)
     sim.add_argument(
         "--clients-per-process", type=int, default=4,

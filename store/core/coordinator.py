@@ -371,7 +371,7 @@ class Coordinator(Execution):
         self._absorb_reads(txn, here, self.participant.read(local_reads), [])
         base = txn.read_vc.merge(txn.deps)
         if counter:
-            base = base.with_entry(here, counter)
+            base = base.with_entry(self.partitioner.clock_of(here), counter)
         self._txns[txn_id] = txn
         self._by_client[key] = txn_id
         txn.phase = PREPARING
@@ -534,8 +534,9 @@ class Coordinator(Execution):
         """Sets ``txn``'s clock from its reads, the dependencies of its locks and its
         counters, once every lock is held."""
         full = txn.read_vc.merge(txn.deps)
+        clock_of = self.partitioner.clock_of  # a worker's counter is its shard's
         for shard, counter in txn.counters.items():
-            full = full.with_entry(shard, counter)
+            full = full.with_entry(clock_of(shard), counter)
         # Sparse clocks (DESIGN.md §4): entries at or below the known vector watermark are
         # durable and carry no information; participants learn them as watermarks instead.
         vc = full.above(self.vw.entries) if self.settings.sparse_clocks else full

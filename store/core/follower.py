@@ -67,6 +67,7 @@ from store.core.storage import VersionedStore
 from store.core.transfer import FollowerState, StateDecoder, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
+from store.core.watermark import clock_watermark
 from store.protocol.cluster_map import ClusterMap
 from store.protocol.messages import (
     FOLLOWER,
@@ -110,6 +111,10 @@ class ShardFollower:
         self.stream_settings = stream_settings
         self.settings = settings
         self.partitioner = partitioner
+        # A follower of one worker of a shard of several (``WorkerPartitioner``): ``shard``
+        # is the worker's unit, ``clock`` its shard's vector-clock entry.
+        self.workers = partitioner.workers if partitioner is not None else 1
+        self.clock = partitioner.clock_of(shard) if partitioner is not None else shard
         self.procedures = procedures
         self.store = VersionedStore()
         self.vw = EMPTY
@@ -243,12 +248,13 @@ class ShardFollower:
                 continue  # a marker, or void: its epoch already ended on this stream
             # An entry of an epoch whose FVW is already applied here (this follower caught up
             # late) keeps only what the FVW keeps.
-            fvw = self.map.fvw.get(entry.epoch) if self.map and entry.epoch <= self.fvw_applied else None
+            unit_fvw = self.map.fvw.get(entry.epoch) if self.map and entry.epoch <= self.fvw_applied else None
+            fvw = clock_watermark(unit_fvw, self.workers) if unit_fvw is not None else None
             for record in entry.records:
                 self.applied_records += 1
                 if fvw is not None and not VectorClock.from_wire(record[2]).le_watermark(fvw):
                     continue
-                replayed = self.store.replay(record, self.shard, entry.epoch)
+                replayed = self.store.replay(record, self.clock, entry.epoch)
                 if replayed is not None and fvw is None:
                     self._speculative.setdefault(entry.epoch, []).append(replayed)
             self._held_visibility.append((entry.epoch, entry.watermark, entry.vw))
@@ -266,8 +272,10 @@ class ShardFollower:
                 break
             released += 1
             vw = vw.merge(entry_vw)
-            if watermark >= counter_base(epoch):
-                vw = vw.with_entry(self.shard, max(watermark, vw[self.shard]))
+            if watermark >= counter_base(epoch) and self.workers == 1:
+                # (With several workers the stream's stamp is one worker's claim: the
+                # shard's entry comes from the leader's vector watermark alone.)
+                vw = vw.with_entry(self.clock, max(watermark, vw[self.clock]))
         if not released:
             return
         del held[:released]
@@ -313,7 +321,7 @@ class ShardFollower:
         for epoch in sorted(cluster_map.fvw):
             if epoch <= self.fvw_applied:
                 continue
-            fvw = cluster_map.fvw[epoch]
+            fvw = clock_watermark(cluster_map.fvw[epoch], self.workers)
             for txn_id, vc, keys in self._speculative.pop(epoch, []):
                 if not vc.le_watermark(fvw):
                     for key in keys:

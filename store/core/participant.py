@@ -127,7 +127,13 @@ class Participant:
         vector_watermark: Mapping[int, int] | None = None,
         waits: ClockWaits | None = None,
     ) -> None:
-        self.shard = shard
+        self.shard = shard  # the vector-clock entry of its counter values
+        # A worker of a shard of several (docs/design.md, "Workers") draws above what the
+        # keys it writes depend on on its shard's entry: the counter it draws from may be
+        # its own (a worker promoted alone by a failover), behind the one its fellows
+        # draw from, and a write must stay above what it overwrites on its shard's entry
+        # (the replay's Thomas write rule compares that entry).
+        self.floor_on_deps = False
         self.store = store
         self.watermark = watermark
         self.settings = settings
@@ -212,13 +218,16 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
+            or self.watermark.beyond_epoch()
             or (self._doubt and self._any_in_doubt(keys))
         ):
             return False, 0, EMPTY
         if not self._skip_locking and not self.store.try_lock_all(keys, txn_id):
             return False, 0, EMPTY
-        counter = self.watermark.draw()
         deps = self.dependencies(keys)
+        if self.floor_on_deps:
+            self.watermark.raise_floor(deps[self.shard])
+        counter = self.watermark.draw()
         self._held[txn_id] = _Held(keys, counter, deps, epoch)
         if now_ns is not None and self.settings.lock_timeout_ns > 0:
             heapq.heappush(self._expiries, (now_ns + self.settings.lock_timeout_ns, txn_id))
@@ -255,6 +264,7 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
+            or self.watermark.beyond_epoch()
             or (self._doubt and (self._any_in_doubt(reads) or self._any_in_doubt(locks)))
         ):
             return REFUSED, 0, [], EMPTY
@@ -275,8 +285,10 @@ class Participant:
         counter = 0
         deps = EMPTY
         if locks:
-            counter = self.watermark.draw()
             deps = self.dependencies(locks)
+            if self.floor_on_deps:
+                self.watermark.raise_floor(deps[self.shard])
+            counter = self.watermark.draw()
         if only_read:
             full = base.merge(deps)
             for item in items:
@@ -505,6 +517,7 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
+            or self.watermark.beyond_epoch()
             or (self._doubt and self._any_in_doubt(keys))
             or not self._check_reads(txn_id, reads, scans)
         ):
@@ -518,8 +531,11 @@ class Participant:
         ):
             self._finish(txn_id, ABORTED, 0)
             return None
+        deps = self.dependencies(keys)
+        if self.floor_on_deps:
+            self.watermark.raise_floor(deps[self.shard])
         counter = self.watermark.draw()
-        full = read_vc.merge(self.dependencies(keys)).with_entry(self.shard, counter)
+        full = read_vc.merge(deps).with_entry(self.shard, counter)
         vc = self._sparse(full)
         self.stamp_reads(reads, scans, vc)
         self._assert_dominates_overwritten(writes, vc)
@@ -547,7 +563,10 @@ class Participant:
         when this participant cannot certify alone now (another epoch, a takeover not
         finished, versions in doubt, speculation off): the general path decides then.
         Raises InvalidRequest (nothing changed) if an operation does not fit the data."""
-        if epoch != self.epoch or not self.certifying or self._doubt or not self._speculation:
+        if (
+            epoch != self.epoch or not self.certifying or self._doubt or not self._speculation
+            or self.watermark.beyond_epoch()
+        ):
             return None
         store = self.store
         read_keys = ops.batch.keys
@@ -609,6 +628,8 @@ class Participant:
                 table_stamp = scan_stamps.get(table_of(key))
                 if table_stamp is not None:
                     _raise_into(clock, table_stamp.entries)
+        if self.floor_on_deps:
+            self.watermark.raise_floor(clock.get(self.shard, 0))
         counter = self.watermark.draw()
         if counter > clock.get(self.shard, 0):
             clock[self.shard] = counter

@@ -57,10 +57,18 @@ class Partitioner:
     # Whether some table is on every shard (``PrefixPartitioner``): the coordinator then
     # asks ``is_replicated`` of each key it reads or writes.
     replicated = False
+    # Worker processes per shard (``WorkerPartitioner``): one here, where a shard index is
+    # also its vector-clock entry.
+    workers = 1
 
     def __init__(self, shard_count: int) -> None:
         assert shard_count >= 1
         self.shard_count = shard_count
+
+    def clock_of(self, shard: int) -> int:
+        """The vector-clock entry of what ``shard_of`` returned (``WorkerPartitioner``: the
+        shard of a worker)."""
+        return shard
 
     def is_replicated(self, key: str) -> bool:
         return False
@@ -233,6 +241,50 @@ class PrefixPartitioner(Partitioner):
             return super().worker_of(key, workers)
         value, splits = found
         return value % workers if splits else (value // self.shard_count) % workers
+
+
+class WorkerPartitioner(Partitioner):
+    """A cluster whose shards run ``workers`` processes each (docs/design.md, "Workers").
+
+    It maps keys to **units**, one per worker of every shard: unit ``shard * W + worker``,
+    with the worker from ``base.worker_of``. Everything that routes, locks, certifies and
+    replicates works on units as it works on shards without workers (a unit has its own
+    leader, store, RPC endpoint, Paxos stream and followers), so this partitioner stands in
+    for ``base`` everywhere. Only vector clocks and watermarks see the shard: a unit's
+    counter values go to clock entry ``clock_of(unit)`` (its shard), so a clock keeps one
+    entry per shard however many workers there are.
+    """
+
+    def __init__(self, base: Partitioner, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        assert base.workers == 1, "workers of workers"
+        super().__init__(base.shard_count * workers)
+        self.base = base
+        self.shards = base.shard_count
+        self.workers = workers
+        self.replicated = base.replicated
+
+    def clock_of(self, shard: int) -> int:
+        return shard // self.workers
+
+    def is_replicated(self, key: str) -> bool:
+        return self.base.is_replicated(key)
+
+    def shard_of(self, key: str) -> int:
+        base, workers = self.base, self.workers
+        return base.shard_of(key) * workers + base.worker_of(key, workers)
+
+    def owns_all(self, keys: Sequence[str], shard: int) -> bool:
+        shard_of = self.shard_of
+        return all(shard_of(key) == shard for key in keys)
+
+    def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
+        workers = self.workers
+        return [s * workers + w for s in self.base.shards_of_range(lo, hi) for w in range(workers)]
+
+    def worker_of(self, key: str, workers: int) -> int:
+        raise AssertionError("a WorkerPartitioner's units have no workers of their own")
 
 
 def _both_names(tables: Iterable[str]) -> list[str]:

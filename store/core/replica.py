@@ -54,7 +54,13 @@ from store.core.storage import ROLLED_BACK, VersionedStore
 from store.core.transfer import FollowerState, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
-from store.core.watermark import ClockWaits, ShardWatermark, VectorWatermark
+from store.core.watermark import (
+    ClockWaits,
+    CounterSource,
+    ShardWatermark,
+    VectorWatermark,
+    clock_watermark,
+)
 from store.protocol.cluster_map import ClusterMap
 from store.protocol.messages import (
     LEADER,
@@ -89,8 +95,9 @@ from store.protocol.messages import (
 
 class Probe(Protocol):
     """What the simulator's oracles watch in a replica (production passes none): every
-    certification at its coordinator, every install in its store, in order, and its vector
-    watermark after every step that raised it. ``installed`` names, per write, the
+    certification at its coordinator, every install in its store, in order, its vector
+    watermark after every step that raised it, and every counter value drawn (the shard's
+    clock entry, the drawing unit). ``installed`` names, per write, the
     transaction whose version it overwrote in this store (0: none or preloaded)."""
 
     def certified(self, certification: Certification) -> None: ...
@@ -103,6 +110,8 @@ class Probe(Protocol):
     def watermark(self, address: str, vw: Mapping[int, int]) -> None: ...
 
     def rolled_back(self, address: str, txn_id: int) -> None: ...
+
+    def drew(self, clock: int, unit: int, counter: int) -> None: ...
 
 
 @dataclass
@@ -149,9 +158,17 @@ class ShardLeader:
         cm_members: Sequence[str] = (),
         store: VersionedStore | None = None,
         takeover: Takeover | None = None,
+        counter: CounterSource | None = None,
     ) -> None:
         assert 0 <= shard < len(peers)
+        assert partitioner.workers == 1 or len(peers) == partitioner.shard_count
         self.shard = shard
+        # With several workers per shard (``WorkerPartitioner``) ``shard`` is this worker's
+        # unit: its address, stream and place in the cluster map; ``clock`` is the shard,
+        # the entry of vector clocks and watermarks its counter values go to, drawn from
+        # ``counter`` (shared with the shard's other workers) when there is one.
+        self.workers = partitioner.workers
+        self.clock = partitioner.clock_of(shard)
         self.address = peers[shard]
         self.peers = list(peers)
         self.settings = settings
@@ -160,15 +177,17 @@ class ShardLeader:
         self._stream_settings = stream_settings
         self._breaks = breaks
         self.store = store if store is not None else VersionedStore()
-        self.watermark = ShardWatermark()
-        self.vw = VectorWatermark()
+        self.watermark = ShardWatermark(counter=counter)
+        self.vw = VectorWatermark(self.workers)
+        self._floor = 0  # the largest fellow worker's claim raise_floor was given
         # What waits for the vector watermark: the coordinator's certified transactions
         # and the participant's hidden writes; released whenever an entry rises (_learn).
         self.waits = ClockWaits(self.vw.entries)
         self.participant = Participant(
-            shard, self.store, self.watermark, settings, self._on_installed, breaks,
+            self.clock, self.store, self.watermark, settings, self._on_installed, breaks,
             self.vw.entries, self.waits,
         )
+        self.participant.floor_on_deps = self.workers > 1
         self.coordinator = Coordinator(
             shard,
             shard,
@@ -183,6 +202,9 @@ class ShardLeader:
             self.waits,
         )
         self._probe = probe
+        if probe is not None:
+            clock = self.clock
+            self.watermark.on_draw = lambda counter: probe.drew(clock, shard, counter)
         self._probed_moves = -1
         self._outbox: list[tuple[str, Message]] = []
         self.coordinator.admits = self.accepts_more
@@ -296,11 +318,20 @@ class ShardLeader:
             self._gossiped_moves = self.vw.moves
             others = len(self.peers) - 1
             if others:
-                gossip = Gossip(self.shard, dict(self.vw.entries))
+                gossip = Gossip(self.shard, dict(self.vw.claims))
+                sent = []
                 for step in range(min(self.settings.gossip_fanout, others)):
                     shard = (self.shard + 1 + (self._gossip_next + step) % others) % len(self.peers)
+                    sent.append(shard)
                     self._outbox.append((self.peers[shard], gossip))
                 self._gossip_next = (self._gossip_next + self.settings.gossip_fanout) % others
+                if self.workers > 1:
+                    # A worker's fellows always: the shard's watermark is the least of their
+                    # claims, and an idle fellow's stream stamps its claim when woken.
+                    first = self.clock * self.workers
+                    for fellow in range(first, first + self.workers):
+                        if fellow != self.shard and fellow not in sent:
+                            self._outbox.append((self.peers[fellow], gossip))
         self._pump_stream()
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
@@ -496,11 +527,13 @@ class ShardLeader:
         # An entry of an epoch whose FVW is already applied keeps only what the FVW keeps.
         fvw = None
         if self.map is not None and entry.epoch <= self.fvw_applied:
-            fvw = self.map.fvw.get(entry.epoch)
+            unit_fvw = self.map.fvw.get(entry.epoch)
+            if unit_fvw is not None:
+                fvw = clock_watermark(unit_fvw, self.workers)
         for record in entry.records:
             if fvw is not None and not VectorClock.from_wire(record[2]).le_watermark(fvw):
                 continue
-            replayed = self.store.replay(record, self.shard, entry.epoch)
+            replayed = self.store.replay(record, self.clock, entry.epoch)
             if replayed is None:
                 continue
             txn_id, vc, keys = replayed
@@ -550,16 +583,19 @@ class ShardLeader:
         self.epochs = takeover.epochs
         self.fvw_applied = takeover.fvw_applied
         self._speculative = takeover.speculative
-        self.vw.entries.update(takeover.vw)
+        if self.workers == 1:
+            self.vw.entries.update(takeover.vw)
+        else:
+            self.vw.learn_clocks(takeover.vw)
         self.vw.enter_epoch(epoch)
-        self._durable_mark = takeover.vw.get(self.shard, 0)
+        self._durable_mark = takeover.vw.get(self.clock, 0)
         self.participant.begin_epoch(epoch, takeover.vw)
         if not self._break_stamps:
             # Every transaction of an ended epoch that survives is at or below its shards'
             # finalized watermarks, which the base of this epoch dominates on every shard.
             base = counter_base(epoch)
             self.participant.readers_unknown(
-                VectorClock({shard: base for shard in range(len(self.peers))})
+                VectorClock({shard: base for shard in range(len(self.peers) // self.workers)})
             )
         for resolved in range(takeover.fvw_applied + 1):
             self.participant.end_doubt(resolved, {})
@@ -613,7 +649,7 @@ class ShardLeader:
         for epoch in sorted(cluster_map.fvw):
             if epoch <= self.fvw_applied or epoch >= self.epoch:
                 continue
-            fvw = cluster_map.fvw[epoch]
+            fvw = clock_watermark(cluster_map.fvw[epoch], self.workers)
             if self._break_fvw:
                 fvw = self.participant.frozen(epoch) or fvw  # the last known watermark
             for txn_id, vc, keys in self._speculative.pop(epoch, []):
@@ -651,12 +687,18 @@ class ShardLeader:
 
     def _refresh_watermark(self) -> None:
         mark = self.durable_watermark()
-        if mark > self.vw.entries.get(self.shard, 0):
+        if mark > self.vw.claims.get(self.shard, 0):
             self._learn(self.shard, mark)
+        if self.workers > 1:
+            top = self.vw.fellows_top(self.shard)
+            if top > self._floor:
+                self._floor = top
+                self.watermark.raise_floor(top)
 
-    def _learn(self, shard: int, watermark: int) -> None:
-        if self.vw.learn(shard, watermark):
-            self.waits.release(shard)
+    def _learn(self, unit: int, watermark: int) -> None:
+        """A unit's claim (one worker: its shard's watermark)."""
+        if self.vw.learn(unit, watermark):
+            self.waits.release(unit // self.workers)
 
     # ---- handlers ------------------------------------------------------------------------
 
@@ -729,7 +771,7 @@ class ShardLeader:
 
     def _on_install_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, InstallRequest)
-        if self.vw.learn_all(dict(message.durable.items())):
+        if self.vw.learn_clocks(dict(message.durable.items())):
             self.waits.release()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
         reply = InstallReply(message.txn_id, self.shard, self.durable_watermark())
@@ -788,7 +830,7 @@ class ShardLeader:
     def _on_solo_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, SoloReply)
         self._learn(message.shard, message.watermark)
-        if self.vw.learn_all(dict(message.durable.items())):
+        if self.vw.learn_clocks(dict(message.durable.items())):
             self.waits.release()
         self.coordinator.on_solo_reply(now_ns, message)
 

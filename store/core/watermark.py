@@ -76,10 +76,15 @@ class ShardWatermark:
     worker never holds its shard back.
     """
 
-    __slots__ = ("_counter", "_drawn", "_last_drawn", "_unsettled")
+    __slots__ = ("_counter", "_drawn", "_epoch_end", "_last_drawn", "_unsettled", "on_draw")
 
     def __init__(self, start: int = 0, counter: CounterSource | None = None) -> None:
         self._counter = counter
+        # The last value of this worker's epoch: a shared counter may already be in the
+        # next one (a fellow worker entered it first); see beyond_epoch.
+        self._epoch_end = counter_base((start >> EPOCH_SHIFT) + 1) - 1
+        # The simulator's durability oracle watches every value drawn (None in production).
+        self.on_draw: Callable[[int], None] | None = None
         self._last_drawn = start if counter is None else counter.raise_to(start)
         self._unsettled: set[int] = set()
         self._drawn: deque[int] = deque()
@@ -96,15 +101,36 @@ class ShardWatermark:
             counter = self._last_drawn = self._counter.draw()
         self._unsettled.add(counter)
         self._drawn.append(counter)
+        if self.on_draw is not None:
+            self.on_draw(counter)
         return counter
+
+    def raise_floor(self, floor: int) -> None:
+        """Values drawn from now on are above ``floor``: another worker of the shard claims
+        it (``VectorWatermark.fellows_top``). With a shared counter that is so already; a
+        worker counting alone (one promoted in another region by a failover) jumps ahead,
+        so that once idle it claims as much as its busiest fellow and does not hold its
+        shard's watermark back."""
+        if self._counter is None:
+            self._last_drawn = max(self._last_drawn, floor)
+        else:
+            self._counter.raise_to(floor)
 
     def start_epoch(self, epoch: int) -> None:
         """Counters drawn from now on belong to ``epoch`` (docs/recovery.md). Counters of
         earlier epochs still unsettled keep the watermark below them until settled."""
+        self._epoch_end = counter_base(epoch + 1) - 1
         if self._counter is None:
             self._last_drawn = max(self._last_drawn, counter_base(epoch))
         else:
             self._counter.raise_to(counter_base(epoch))
+
+    def beyond_epoch(self) -> bool:
+        """Whether the shared counter is already in a later epoch than this worker's: a
+        fellow worker has entered an epoch this one has not heard of yet. It must not
+        certify until it has (a value it drew would belong to an epoch it is not in)."""
+        counter = self._counter
+        return counter is not None and counter.value() > self._epoch_end
 
     def settle(self, counter: int) -> None:
         """The transaction that drew ``counter`` aborted or became durable."""
@@ -121,7 +147,11 @@ class ShardWatermark:
             if smallest in unsettled:
                 return smallest - 1
             drawn.popleft()
-        return self._last_drawn if self._counter is None else self._counter.value()
+        if self._counter is None:
+            return self._last_drawn
+        # Idle: the shared value, but never beyond this worker's epoch (its claim goes on
+        # its stream in entries of its epoch).
+        return min(self._counter.value(), self._epoch_end)
 
     def unsettled_count(self) -> int:
         return len(self._unsettled)
@@ -193,27 +223,61 @@ class VectorWatermark:
     A watermark of a later epoch than the node's own is held back (``pending``) until the
     node itself enters that epoch: a node still in epoch ``e`` must never count a counter
     of ``e`` durable because of what a shard that has moved on reports (docs/recovery.md).
+
+    With ``workers`` > 1 (``store.core.partition.WorkerPartitioner``) what nodes report is
+    per **unit** (one worker of one shard): its claim, every value at or below it that the
+    unit drew is settled (``ShardWatermark``). ``claims`` keeps the largest claim heard of
+    each unit, and a shard's entry is the minimum over its units' claims: every value at or
+    below it that any of its workers drew is settled, which is the shard watermark's
+    definition. ``learn`` and ``learn_all`` take unit claims; ``learn_clocks`` takes whole
+    shards' watermarks (a clock's entries), each of which vouches for every unit of its shard,
+    and so raises their claims too. With one worker a unit is its shard and both are one.
     """
 
-    __slots__ = ("entries", "epoch", "moves", "pending")
+    __slots__ = ("claims", "entries", "epoch", "moves", "pending", "workers")
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int = 1) -> None:
+        assert workers >= 1
+        self.workers = workers
         self.entries: dict[int, int] = {}
-        self.moves = 0  # how many times an entry rose: a cheap "has it changed" for observers
+        # Per unit (workers > 1): the largest claim heard. One worker: the entries themselves.
+        self.claims: dict[int, int] = self.entries if workers == 1 else {}
+        self.moves = 0  # how many times an entry or claim rose: "has it changed" for observers
         self.epoch = 0
-        self.pending: dict[int, int] = {}
+        self.pending: dict[int, int] = {}  # by unit
 
-    def learn(self, shard: int, watermark: int) -> bool:
-        """Raises the entry; True when it moved."""
+    def learn(self, unit: int, watermark: int) -> bool:
+        """Raises a unit's claim (one worker: the shard's entry); True when an entry moved."""
         if watermark >> EPOCH_SHIFT > self.epoch:
-            if watermark > self.pending.get(shard, 0):
-                self.pending[shard] = watermark
+            if watermark > self.pending.get(unit, 0):
+                self.pending[unit] = watermark
             return False
-        if watermark > self.entries.get(shard, 0):
-            self.entries[shard] = watermark
-            self.moves += 1
+        claims = self.claims
+        if watermark <= claims.get(unit, 0):
+            return False
+        claims[unit] = watermark
+        self.moves += 1
+        workers = self.workers
+        if workers == 1:
+            return True
+        shard = unit // workers
+        first = shard * workers
+        low = min(claims.get(first + w, 0) for w in range(workers))
+        if low > self.entries.get(shard, 0):
+            self.entries[shard] = low
             return True
         return False
+
+    def learn_clocks(self, watermarks: Mapping[int, int]) -> bool:
+        """Raises whole shards' entries (keyed by shard, as a vector clock is)."""
+        workers = self.workers
+        if workers == 1:
+            return self.learn_all(watermarks)
+        moved = False
+        for shard, watermark in watermarks.items():
+            for w in range(workers):
+                moved |= self.learn(shard * workers + w, watermark)
+        return moved
 
     def enter_epoch(self, epoch: int) -> bool:
         """The node is now in ``epoch``: what was held back for it counts."""
@@ -221,15 +285,42 @@ class VectorWatermark:
         self.epoch = epoch
         pending, self.pending = self.pending, {}
         moved = False
-        for shard, watermark in pending.items():
-            moved |= self.learn(shard, watermark)
+        for unit, watermark in pending.items():
+            moved |= self.learn(unit, watermark)
         return moved
 
     def learn_all(self, watermarks: Mapping[int, int]) -> bool:
+        """Raises units' claims (a peer's ``claims``, as gossip carries them)."""
         moved = False
-        for shard, watermark in watermarks.items():
-            moved |= self.learn(shard, watermark)
+        for unit, watermark in watermarks.items():
+            moved |= self.learn(unit, watermark)
         return moved
+
+    def fellows_top(self, unit: int) -> int:
+        """The largest claim of another worker of ``unit``'s shard (0: none heard)."""
+        workers = self.workers
+        first = unit // workers * workers
+        claims = self.claims
+        return max(
+            (claims.get(first + w, 0) for w in range(workers) if first + w != unit), default=0
+        )
 
     def __getitem__(self, shard: int) -> int:
         return self.entries.get(shard, 0)
+
+
+def clock_watermark(marks: Mapping[int, int], workers: int) -> dict[int, int]:
+    """Units' watermarks (a finalized vector watermark of the configuration manager, which
+    counts units as shards) as a shard's: the minimum over its units, each of which must be
+    known."""
+    if workers == 1:
+        return dict(marks)
+    shards: dict[int, int] = {}
+    for unit, mark in marks.items():
+        shard = unit // workers
+        shards[shard] = min(shards.get(shard, mark), mark)
+    counts: dict[int, int] = {}
+    for unit in marks:
+        counts[unit // workers] = counts.get(unit // workers, 0) + 1
+    assert all(count == workers for count in counts.values()), f"a shard's units missing: {marks}"
+    return shards

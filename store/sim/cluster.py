@@ -28,6 +28,7 @@ from store.core.replica import Probe, ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY
+from store.core.watermark import LocalCounter
 from store.node.host import ReplicaHost, restore_follower
 from store.proto.convert import BATCH_MESSAGES_MAX, parse_batch, to_batch
 from store.protocol.cluster_map import ClusterMap
@@ -229,12 +230,17 @@ class SimCluster:
             for b in self.regions[i + 1 :]:
                 network.set_link(a, b, Link(latency_ns=one_way_ns, jitter_ns=max(1, one_way_ns // 10)))
         home, *others = self.regions
+        # The workers of one shard share a counter, as the processes of one machine share
+        # a SharedCounter in production (none with one worker: the leader counts itself).
+        workers = self.partitioner.workers
+        counters = [LocalCounter() for _ in range(shards // workers)] if workers > 1 else None
         for shard in range(shards):
             leader = ShardLeader(
                 shard, self.leader_addresses, self.partitioner, procedures, settings,
                 breaks=breaks, probe=probe,
                 followers=[follower_address(region, shard) for region in others],
                 stream_settings=stream_settings, cm_members=self.cm_members,
+                counter=counters[shard // workers] if counters is not None else None,
             )
             self.leaders.append(leader)
             self._serve(leader, home)

@@ -39,8 +39,10 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sortedcontainers import SortedList
+
 from store.core.coordinator import Certification
-from store.core.epoch import EPOCH_SHIFT, counter_base
+from store.core.epoch import EPOCH_SHIFT
 from store.core.follower import ShardFollower, leader_data
 from store.core.replica import ShardLeader
 from store.core.vclock import EMPTY, VectorClock
@@ -54,6 +56,9 @@ class Recorder:
 
     def __init__(self, shard_of: Callable[[str], int]) -> None:
         self.shard_of = shard_of
+        # Every counter value drawn, per shard, with the unit (the shard's worker) that drew
+        # it: what the durability oracle walks.
+        self.draws: dict[int, SortedList] = {}
         self._step = 0  # orders certifications and installs
         self.certifications: dict[int, Certification] = {}
         self.certified_step: dict[int, int] = {}
@@ -107,6 +112,12 @@ class Recorder:
         for (key, value, deleted), previous in zip(writes, overwritten, strict=True):
             self.versions.setdefault(key, []).append((txn_id, value, deleted, vc, self._step))
             self.overwrote[(key, txn_id)] = previous
+
+    def drew(self, clock: int, unit: int, counter: int) -> None:
+        draws = self.draws.get(clock)
+        if draws is None:
+            draws = self.draws[clock] = SortedList()
+        draws.add((counter, unit))
 
     def watermark(self, address: str, vw: Mapping[int, int]) -> None:
         known = self.known
@@ -353,13 +364,18 @@ class DurabilityOracle:
 
     def __init__(
         self, replicas: Callable[[], list[Any]], regions: int,
-        acceptors: Callable[[int], list[Any]],
+        acceptors: Callable[[int], list[Any]], draws: dict[int, SortedList],
     ) -> None:
         """``replicas()``: every shard replica (leaders and followers, a crashed one too);
         ``acceptors(shard)``: the shard's acceptors whose votes count (``SimCluster.acceptors``:
         a crashed process's as it was, or as its disk kept it); a shard has one per region,
-        and a majority of ``regions`` is what makes an entry durable."""
+        and a majority of ``regions`` is what makes an entry durable. ``draws``: per shard,
+        every (counter, unit) drawn (``Recorder.draws``): with several workers per shard a
+        unit (one worker) has its own stream, and a value counts as settled by the stream
+        of the worker that drew it; values no worker drew (a worker counting alone jumps
+        ahead: ``ShardWatermark.raise_floor``) need nothing."""
         self.replicas = replicas
+        self.draws = draws
         self._acceptors = acceptors
         self.majority = regions // 2 + 1
         self.verified: dict[int, int] = {}
@@ -387,50 +403,48 @@ class DurabilityOracle:
                 votes[counter] = votes.get(counter, 0) + 1
         return {counter for counter, count in votes.items() if count >= majority}
 
-    def _ended(self, shard: int, epoch: int) -> bool:
-        """Whether ``epoch`` has ended on the shard's stream (a marker of it is chosen)."""
+    def _ended(self, unit: int, epoch: int) -> bool:
+        """Whether ``epoch`` has ended on the unit's stream (a marker of it is chosen)."""
         return any(
-            replica.shard == shard and replica.epochs.ended >= epoch for replica in self.replicas()
+            replica.shard == unit and replica.epochs.ended >= epoch for replica in self.replicas()
         )
 
-    def _aborted(self, shard: int) -> set[int]:
+    def _aborted(self, unit: int) -> set[int]:
         found: set[int] = set()
         for replica in self.replicas():
-            if replica.shard == shard and isinstance(replica, ShardLeader):
+            if replica.shard == unit and isinstance(replica, ShardLeader):
                 found |= replica.participant.aborted_counters()
         return found
 
     def check(self, label: str, vc: VectorClock) -> None:
-        """Called when a client is told COMMITTED (and for every snapshot's watermark)."""
+        """Called when a client is told COMMITTED (and for every snapshot's watermark):
+        every value at or below each entry of ``vc`` that a worker of the shard drew is
+        aborted, accepted by a majority of that worker's stream, or of an epoch that has
+        ended on that stream (recovery rolls the rest of an ended epoch back: a clock may
+        still name such a value, in a read-write stamp left by a transaction that recovery
+        rolls back; a real dependency on one, a read or an overwrite, is the rollback
+        oracles' to catch: rollback-incomplete, lost-committed)."""
         self.checked += 1
         for shard, needed in vc.items():
             start = self.verified.get(shard, 0)
             if needed <= start:
                 continue
-            durable = self._durable_counters(shard) | self._aborted(shard)
+            draws = self.draws.get(shard)
+            settled: dict[int, set[int]] = {}
             counter = start
-            while counter < needed:
-                following = counter + 1
-                if following in durable:
-                    counter = following
-                    continue
-                epoch = following >> EPOCH_SHIFT
-                if self._ended(shard, epoch):
-                    # The rest of an ended epoch is rolled back, never committed. A clock may
-                    # still name such a counter: a read-write stamp left by a transaction
-                    # that recovery rolls back (the reader's dependency on it is void). A
-                    # real dependency on one (a read or an overwrite) is the rollback
-                    # oracles' to catch: rollback-incomplete, lost-committed.
-                    counter = counter_base(epoch + 1)
-                    continue
-                break
-            self.verified[shard] = counter
-            if counter < needed:
-                self.violations.append(
-                    f"{label} with {vc}: shard {shard} counter {counter + 1} "
-                    "is neither aborted nor accepted by a majority"
-                )
-                return
+            for drawn, unit in draws.irange((start + 1, -1), (needed, 1 << 30)) if draws else ():
+                known = settled.get(unit)
+                if known is None:
+                    known = settled[unit] = self._durable_counters(unit) | self._aborted(unit)
+                if drawn not in known and not self._ended(unit, drawn >> EPOCH_SHIFT):
+                    self.verified[shard] = drawn - 1
+                    self.violations.append(
+                        f"{label} with {vc}: shard {shard} counter {drawn} (drawn by unit "
+                        f"{unit}) is neither aborted nor accepted by a majority"
+                    )
+                    return
+                counter = drawn
+            self.verified[shard] = max(counter, needed)
 
 
 def divergence(

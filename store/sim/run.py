@@ -29,11 +29,12 @@ from typing import Any
 from jepsen.checkers.bank import check_bank
 from jepsen.history import write_history
 from store.client.protocol import ClientSettings, TxnResult
-from store.core.partition import Partitioner, PrefixPartitioner
+from store.core.partition import Partitioner, PrefixPartitioner, WorkerPartitioner
 from store.core.paxos import DEFAULT_STREAM_SETTINGS
 from store.core.replica import ShardLeader
 from store.core.settings import BREAKABLE_STEPS, DEFAULT_SETTINGS
 from store.core.txn import Procedures
+from store.core.watermark import clock_watermark
 from store.sim import SCENARIO_NAMES
 from store.sim.client import History, SdkProcess, SnapshotReads, WorkloadClient
 from store.sim.cluster import REGIONS, SimCluster, follower_address, leader_address
@@ -63,6 +64,7 @@ SIM_SYNC_LATENCIES_NS = (20 * US, 150 * US, 2 * MS, 10 * MS, 80 * MS)
 @dataclass
 class SimOptions:
     shards: int = 3
+    workers: int = 1  # worker processes per shard leader, each with its own stream
     clients: int = 8
     # Workload clients that share one client process (one SDK client, one RPC endpoint, one
     # client id and sequence of transaction ids), as an application's concurrent
@@ -96,7 +98,7 @@ class SimOptions:
 
 # The command-line flag of every option: ``replay_command`` writes them all.
 OPTION_FLAGS = {
-    "shards": "--shards", "clients": "--clients", "clients_per_process": "--clients-per-process",
+    "shards": "--shards", "workers": "--workers", "clients": "--clients", "clients_per_process": "--clients-per-process",
     "workload": "--workload", "loss": "--loss",
     "duplicate": "--duplicate", "reorder": "--reorder", "duration_ms": "--duration-ms",
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
@@ -163,13 +165,15 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     partitioner: Partitioner = Partitioner(options.shards)
     if options.replicated:  # the workload's table on every shard (PrefixPartitioner)
         partitioner = PrefixPartitioner(options.shards, field=None, replicated_tables=["la", "bank"])
+    if options.workers != 1:
+        partitioner = WorkerPartitioner(partitioner, options.workers)
     procedures = Procedures()
     register_bank(procedures)
     breaks = frozenset({options.break_step}) if options.break_step else frozenset()
     recorder = Recorder(partitioner.shard_of)
     regions = REGIONS[: options.regions]
     cluster = SimCluster(
-        sim, network, options.shards, procedures,
+        sim, network, partitioner.shard_count, procedures,
         partitioner=partitioner,
         settings=DEFAULT_SETTINGS.with_overrides(
             speculation=options.speculation,
@@ -185,7 +189,7 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
     )
     with_followers = options.regions > 1
     oracle = (
-        DurabilityOracle(cluster.all_replicas, options.regions, cluster.acceptors)
+        DurabilityOracle(cluster.all_replicas, options.regions, cluster.acceptors, recorder.draws)
         if with_followers else None
     )
 
@@ -298,7 +302,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
                 kinds[kind] = kinds.get(kind, 0) + verdict["anomaly_counts"][kind]
             details["not"] = sorted(verdict.get("not", []))
     if cluster.cm:
-        recorder.conclude(cluster.final_map().fvw)
+        recorder.conclude({
+            epoch: clock_watermark(fvw, partitioner.workers)
+            for epoch, fvw in cluster.final_map().fvw.items()
+        })
     recorder.check_snapshots()
     found("vc-dominance", recorder.dominance)
     found("dependency-uncovered", recorder.uncovered_dependencies())

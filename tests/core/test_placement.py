@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from store.config import ConfigError, from_dict
 from store.core.keys import pack, prefix_range
-from store.core.partition import Partitioner, PrefixPartitioner
+from store.core.partition import Partitioner, PrefixPartitioner, WorkerPartitioner
 from store.node.up import format_placement
 
 FOUR = [{"leader": f"h:{i + 1}"} for i in range(4)]
@@ -154,3 +154,19 @@ def test_a_shards_keys_spread_over_its_workers_one_warehouse_on_one(shards: int,
 def test_range_placed_keys_spread_over_workers_by_their_field() -> None:
     split = PrefixPartitioner(2, field=None, tables={"stock": (1, [10])})
     assert [split.worker_of(pack(("stock", w, 1)), 2) for w in range(8, 13)] == [0, 1, 0, 1, 0]
+
+
+@pytest.mark.parametrize("base", [Partitioner(3), PrefixPartitioner(3, field=1)])
+def test_a_worker_partitioner_puts_each_key_on_its_shards_worker(base: Partitioner) -> None:
+    units = WorkerPartitioner(base, 2)
+    assert units.shard_count == 6 and units.shards == 3
+    keys = [f"t/{n}/x" for n in range(200)] + [f"k{n}" for n in range(200)]
+    for key in keys:
+        unit = units.shard_of(key)
+        assert unit == base.shard_of(key) * 2 + base.worker_of(key, 2)
+        assert units.clock_of(unit) == base.shard_of(key)  # its counter is its shard's
+        assert units.owns_all([key], unit) and not units.owns_all([key], unit ^ 1)
+    assert sorted(units.shards_of_range("t/1/", "t/1/~")) in ([2, 3], [0, 1, 2, 3, 4, 5])
+    assert list(units.shards_of_range("a", "b")) == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError):
+        WorkerPartitioner(base, 0)

@@ -5,11 +5,12 @@ minimum of the workers' claims; that rule must equal the definition in every int
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.core.epoch import counter_base
-from store.core.watermark import LocalCounter, ShardWatermark
+from store.core.watermark import LocalCounter, ShardWatermark, VectorWatermark, clock_watermark
 
 
 def _definition(unsettled: set[int], counter: LocalCounter) -> int:
@@ -78,3 +79,50 @@ def test_one_worker_without_a_shared_counter_is_unchanged() -> None:
     assert alone.watermark == 6
     alone.start_epoch(1)
     assert alone.draw() == counter_base(1) + 1
+
+
+def test_a_shards_entry_is_the_least_claim_of_its_workers() -> None:
+    vw = VectorWatermark(workers=2)  # units 0, 1: shard 0; units 2, 3: shard 1
+    assert not vw.learn(0, 10)  # worker 1 of shard 0 has claimed nothing yet
+    assert vw[0] == 0
+    assert vw.learn(1, 7)
+    assert vw[0] == 7
+    assert vw.learn(1, 12)
+    assert vw[0] == 10
+    assert vw.fellows_top(0) == 12 and vw.fellows_top(1) == 10
+    assert vw[1] == 0
+    # A whole shard's watermark vouches for every worker of it.
+    assert vw.learn_clocks({1: 5})
+    assert vw.claims[2] == vw.claims[3] == 5 and vw[1] == 5
+    assert not vw.learn_clocks({0: 9})  # below both claims: nothing moves
+    assert vw[0] == 10
+
+
+def test_a_workers_claim_of_a_later_epoch_waits_for_the_epoch() -> None:
+    vw = VectorWatermark(workers=2)
+    later = counter_base(1) + 3
+    assert not vw.learn(0, later) and not vw.learn(1, later)
+    assert vw[0] == 0
+    assert vw.enter_epoch(1)
+    assert vw[0] == later
+
+
+def test_a_finalized_watermark_of_units_is_the_least_per_shard() -> None:
+    assert clock_watermark({0: 5, 1: 3, 2: 9, 3: 20}, 2) == {0: 3, 1: 9}
+    assert clock_watermark({0: 5, 1: 3}, 1) == {0: 5, 1: 3}
+    with pytest.raises(AssertionError):
+        clock_watermark({0: 5, 1: 3, 2: 9}, 2)  # shard 1's second worker is missing
+
+
+def test_a_worker_counting_alone_jumps_to_its_fellows_claim_and_claims_it_idle() -> None:
+    alone = ShardWatermark()
+    alone.draw()
+    alone.raise_floor(40)
+    assert alone.watermark == 0  # its draw 1 is not settled yet
+    alone.settle(1)
+    assert alone.watermark == 40
+    assert alone.draw() == 41
+    shared = LocalCounter()
+    worker = ShardWatermark(counter=shared)
+    worker.raise_floor(40)
+    assert shared.value() == 40 and worker.watermark == 40
