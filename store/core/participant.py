@@ -218,7 +218,6 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
-            or self.watermark.beyond_epoch()
             or (self._doubt and self._any_in_doubt(keys))
         ):
             return False, 0, EMPTY
@@ -264,7 +263,6 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
-            or self.watermark.beyond_epoch()
             or (self._doubt and (self._any_in_doubt(reads) or self._any_in_doubt(locks)))
         ):
             return REFUSED, 0, [], EMPTY
@@ -517,7 +515,6 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
-            or self.watermark.beyond_epoch()
             or (self._doubt and self._any_in_doubt(keys))
             or not self._check_reads(txn_id, reads, scans)
         ):
@@ -563,10 +560,7 @@ class Participant:
         when this participant cannot certify alone now (another epoch, a takeover not
         finished, versions in doubt, speculation off): the general path decides then.
         Raises InvalidRequest (nothing changed) if an operation does not fit the data."""
-        if (
-            epoch != self.epoch or not self.certifying or self._doubt or not self._speculation
-            or self.watermark.beyond_epoch()
-        ):
+        if epoch != self.epoch or not self.certifying or self._doubt or not self._speculation:
             return None
         store = self.store
         read_keys = ops.batch.keys

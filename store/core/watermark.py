@@ -81,7 +81,8 @@ class ShardWatermark:
     def __init__(self, start: int = 0, counter: CounterSource | None = None) -> None:
         self._counter = counter
         # The last value of this worker's epoch: a shared counter may already be in the
-        # next one (a fellow worker entered it first); see beyond_epoch.
+        # next one (a fellow worker entered it first), and an idle worker's claim goes on
+        # its stream in entries of its own epoch (``watermark``).
         self._epoch_end = counter_base((start >> EPOCH_SHIFT) + 1) - 1
         # The simulator's durability oracle watches every value drawn (None in production).
         self.on_draw: Callable[[int], None] | None = None
@@ -124,13 +125,6 @@ class ShardWatermark:
             self._last_drawn = max(self._last_drawn, counter_base(epoch))
         else:
             self._counter.raise_to(counter_base(epoch))
-
-    def beyond_epoch(self) -> bool:
-        """Whether the shared counter is already in a later epoch than this worker's: a
-        fellow worker has entered an epoch this one has not heard of yet. It must not
-        certify until it has (a value it drew would belong to an epoch it is not in)."""
-        counter = self._counter
-        return counter is not None and counter.value() > self._epoch_end
 
     def settle(self, counter: int) -> None:
         """The transaction that drew ``counter`` aborted or became durable."""

@@ -684,6 +684,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "histories_checked": len(results),
         "workload": options.workload,
         "shards": options.shards,
+        "workers": options.workers,
         "loss": options.loss,
         "break": options.break_step,
         "speculation": options.speculation,

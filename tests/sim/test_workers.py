@@ -1,0 +1,107 @@
+"""Shards of several workers in the simulator (issue 16; docs/design.md, "Workers").
+
+A worker is a unit with its own keys, store, stream and followers; its counter values go to
+its shard's one vector-clock entry, and the shard's watermark is the least of its workers'
+claims. The clean runs below put that under loss, partitions (failovers of single workers:
+a promoted worker counts alone in another region) and crashes; each rule the workers add
+is then broken on purpose and an oracle must object:
+
+* the shard's entry is the *least* claim of its workers (the largest lets a worker's
+  transactions commit before another worker's are durable);
+* an idle worker's claim from the shared counter stops at the end of its own epoch (a
+  fellow may already have raised the counter into the next one);
+* a worker counting alone draws above what its writes depend on, on its shard's entry
+  (else two writes of one key can carry one value there, and a follower's replay keeps the
+  first: Thomas's write rule);
+* a worker counting alone raises its counter to its fellows' claims (else, once idle, it
+  holds its shard's watermark below theirs and their transactions never commit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from store.core.participant import Participant
+from store.core.watermark import ShardWatermark, VectorWatermark
+from store.sim.run import SimOptions, run_many
+from tests.sim.seeds import caught
+
+FAULTS = SimOptions(
+    regions=3, shards=2, workers=2, loss=0.05, partitions=True, duration_ms=1000,
+)
+
+
+def _clean(options: SimOptions, seeds: range) -> dict[str, Any]:
+    summary = run_many(list(seeds), options)
+    assert summary["anomalies"] == 0, summary.get("first_failure")
+    assert summary["transactions_committed"] > 0
+    return summary
+
+
+def test_two_workers_per_shard_under_loss_and_partitions_list_append() -> None:
+    summary = _clean(FAULTS, range(6))
+    assert summary["failovers"] > 0  # partitions made the CM fail workers over
+    assert summary["snapshot_reads_checked"] > 0
+
+
+def test_two_workers_per_shard_under_loss_and_partitions_bank() -> None:
+    _clean(SimOptions(**{**FAULTS.__dict__, "workload": "bank"}), range(4))
+
+
+def test_two_workers_per_shard_with_crashes() -> None:
+    summary = _clean(SimOptions(**{**FAULTS.__dict__, "crashes": True}), range(3))
+    assert summary["crashes"] > 0 and summary["rolled_back"] >= 0
+
+
+def test_three_workers_per_shard_in_one_region() -> None:
+    summary = _clean(SimOptions(shards=2, workers=3, loss=0.05), range(4))
+    assert summary["cross_shard_fraction"] > 0.3  # transactions span workers of a shard
+
+
+def test_the_largest_claim_as_the_shards_entry_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    learn = VectorWatermark.learn
+
+    def largest(self: VectorWatermark, unit: int, watermark: int) -> bool:
+        moved = learn(self, unit, watermark)
+        shard, workers = unit // self.workers, self.workers
+        if workers > 1 and unit in self.claims:
+            top = max(self.claims.get(shard * workers + w, 0) for w in range(workers))
+            if top > self.entries.get(shard, 0):
+                self.entries[shard] = top
+                return True
+        return moved
+
+    monkeypatch.setattr(VectorWatermark, "learn", largest)
+    caught(FAULTS, [0], {"committed-before-durable", "lost-committed"})
+
+
+def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    def uncapped(self: ShardWatermark) -> int:
+        drawn, unsettled = self._drawn, self._unsettled
+        while drawn:
+            if drawn[0] in unsettled:
+                return drawn[0] - 1
+            drawn.popleft()
+        return self._last_drawn if self._counter is None else self._counter.value()
+
+    monkeypatch.setattr(ShardWatermark, "watermark", property(uncapped))
+    caught(FAULTS, [33], {"committed-before-durable", "lost-committed", "invariant-broken"})
+
+
+def test_a_lone_worker_drawing_below_what_it_overwrites_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        Participant, "floor_on_deps", property(lambda self: False, lambda self, v: None),
+        raising=False,
+    )
+    caught(FAULTS, [12], {"follower-diverged"})
+
+
+def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(VectorWatermark, "fellows_top", lambda self, unit: 0)
+    caught(FAULTS, [7], {"follower-diverged"})
