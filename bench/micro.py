@@ -60,9 +60,9 @@ from store.rpc.aio import new_event_loop  # noqa: E402
 LOAD_BATCH = 500
 
 
-def cluster_file(directory: Path, shards: int, base_port: int) -> Path:
+def cluster_file(directory: Path, shards: int, base_port: int, workers: int = 1) -> Path:
     lines = [
-        "[cluster]", 'name = "micro"', f'run_dir = "{directory / "run"}"',
+        "[cluster]", 'name = "micro"', f'run_dir = "{directory / "run"}"', f"workers = {workers}",
         "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 15",
         "[[regions]]", 'name = "us"',
     ]
@@ -189,6 +189,8 @@ def core_throughput(transactions: int, shards: int, keys_per_shard: int, remote:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes per shard leader (each its own keys and stream)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
     parser.add_argument("--clients", type=int, default=64, help="concurrent closed-loop clients")
     parser.add_argument("--keys-per-shard", type=int, default=10_000)
@@ -217,9 +219,10 @@ def main() -> None:
                 from bench.peers import meridian as geo3  # its cluster file, as bench/peers runs it
 
                 path = geo3.cluster_file(Path(scratch), Path(scratch) / "logs", args.geo3,
-                                         1.0 if args.geo3 > 0 else 0.0, args.base_port - 7400)
+                                         1.0 if args.geo3 > 0 else 0.0, args.base_port - 7400,
+                                         workers=args.workers)
             else:
-                path = cluster_file(Path(scratch), args.shards, args.base_port)
+                path = cluster_file(Path(scratch), args.shards, args.base_port, args.workers)
             config = config_module.load(path)
             if args.generators == "in-server":
                 os.environ[GENERATORS_ENV] = "1"  # the servers inherit it
@@ -236,7 +239,7 @@ def main() -> None:
         finally:
             if cluster is not None:
                 cluster.stop()
-    core_txn_per_s = core_throughput(20_000, len(config.shards), args.keys_per_shard, args.remote)
+    core_txn_per_s = core_throughput(20_000, config.shard_count, args.keys_per_shard, args.remote)
     counts, histograms, elapsed = measured["counts"], measured["histograms"], measured["elapsed"]
     committed = counts["read_only"] + counts["rmw"]
     in_server = args.generators == "in-server"
@@ -244,7 +247,8 @@ def main() -> None:
     for histogram in histograms.values():
         both.add(histogram)
     result: dict[str, Any] = {
-        "shards": len(config.shards),
+        "shards": config.shard_count,
+        "workers": config.workers,
         "geo3_rtt_ms": args.geo3,
         "generators": args.generators,
         "clients": args.clients,
@@ -264,8 +268,9 @@ def main() -> None:
         "metrics": metrics_check(measured["scraped"], committed),
     }
     if in_server:
-        result["in_flight_per_shard"] = args.clients
-        result["txn_per_s_per_shard"] = round(committed / elapsed / len(config.shards), 1)
+        result["in_flight_per_worker"] = args.clients
+        result["txn_per_s_per_shard"] = round(committed / elapsed / config.shard_count, 1)
+        result["txn_per_s_per_worker"] = round(committed / elapsed / len(config.shards), 1)
         result["failed_after_retries"] = counts["failed"]
         replication = "" if args.geo3 is None else ", and replication to two more regions"
         result["not_measured"] = (

@@ -18,6 +18,12 @@
  * increment past the largest stops the process (a counter that wrapped would give two
  * transactions one counter, which nothing downstream could detect).
  *
+ * The rest of the block holds six claim slots, one per worker (publish / claim): each worker
+ * publishes there the watermark it claims (every value at or below it that it drew is
+ * settled), raised with a compare-and-swap loop like the value, and its fellows read it at
+ * their next step instead of waiting for the claim's gossip. A shard of more workers than
+ * slots goes without (its workers gossip their claims only).
+ *
  * A counter in a shared mapping is only right across processes if the atomic is lock-free
  * (an address-free instruction, not a lock inside one process): checked when the module
  * loads a counter, and the process stops if not.
@@ -51,10 +57,13 @@ static const char MR_COUNTER_MAGIC[8] = {'M', 'R', 'C', 'O', 'U', 'N', 'T', '1'}
         }                                                                                      \
     } while (0)
 
+#define MR_COUNTER_CLAIM_SLOTS 6
+
 typedef struct {
     char magic[8];
     _Atomic int64_t value;
-    char unused[MR_COUNTER_FILE_BYTES - 16];
+    /* One per worker of the shard: the largest watermark claim it has published. */
+    _Atomic int64_t claims[MR_COUNTER_CLAIM_SLOTS];
 } mr_counter_file;
 
 _Static_assert(sizeof(mr_counter_file) == MR_COUNTER_FILE_BYTES, "one 64-byte block");
@@ -152,6 +161,9 @@ static PyObject *SharedCounter_new(PyTypeObject *type, PyObject *args, PyObject 
     Py_DECREF(path_obj);
     mr_counter_file *file = map;
     MR_COUNTER_INVARIANT(atomic_is_lock_free(&file->value));
+    for (int slot = 0; slot < MR_COUNTER_CLAIM_SLOTS; slot++) {
+        MR_COUNTER_INVARIANT(atomic_load_explicit(&file->claims[slot], memory_order_acquire) >= 0);
+    }
     MR_COUNTER_INVARIANT(((uintptr_t)&file->value) % sizeof(int64_t) == 0);
     SharedCounterObject *self = (SharedCounterObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -201,6 +213,51 @@ static PyObject *SharedCounter_raise_to(SharedCounterObject *self, PyObject *arg
     return PyLong_FromLongLong(seen < floor ? floor : seen);
 }
 
+static bool claim_slot_or_raise(long long slot) {
+    if (slot < 0 || slot >= MR_COUNTER_CLAIM_SLOTS) {
+        PyErr_Format(PyExc_ValueError, "SharedCounter: claim slot %lld is not in [0, %d)", slot,
+                     MR_COUNTER_CLAIM_SLOTS);
+        return false;
+    }
+    return true;
+}
+
+static PyObject *SharedCounter_publish(SharedCounterObject *self, PyObject *const *args,
+                                       Py_ssize_t nargs) {
+    if (!counter_open_or_raise(self)) return NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "publish(slot, claim) takes two integers");
+        return NULL;
+    }
+    long long slot = PyLong_AsLongLong(args[0]);
+    if (slot == -1 && PyErr_Occurred()) return NULL;
+    long long claim = PyLong_AsLongLong(args[1]);
+    if (claim == -1 && PyErr_Occurred()) return NULL;
+    if (!claim_slot_or_raise(slot)) return NULL;
+    if (claim < 0) {
+        PyErr_Format(PyExc_ValueError, "SharedCounter.publish: claim %lld is negative", claim);
+        return NULL;
+    }
+    _Atomic int64_t *cell = &self->map->claims[slot];
+    int64_t seen = atomic_load_explicit(cell, memory_order_acquire);
+    while (seen < claim &&
+           !atomic_compare_exchange_weak_explicit(cell, &seen, (int64_t)claim, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+    }
+    MR_COUNTER_INVARIANT(seen >= 0);
+    return PyLong_FromLongLong(seen < claim ? claim : seen);
+}
+
+static PyObject *SharedCounter_claim(SharedCounterObject *self, PyObject *arg) {
+    if (!counter_open_or_raise(self)) return NULL;
+    long long slot = PyLong_AsLongLong(arg);
+    if (slot == -1 && PyErr_Occurred()) return NULL;
+    if (!claim_slot_or_raise(slot)) return NULL;
+    int64_t claim = atomic_load_explicit(&self->map->claims[slot], memory_order_acquire);
+    MR_COUNTER_INVARIANT(claim >= 0);
+    return PyLong_FromLongLong(claim);
+}
+
 static PyObject *SharedCounter_close(SharedCounterObject *self, PyObject *Py_UNUSED(ignored)) {
     counter_unmap(self);
     Py_RETURN_NONE;
@@ -212,6 +269,10 @@ static PyMethodDef SharedCounter_methods[] = {
     {"value", (PyCFunction)SharedCounter_value, METH_NOARGS, "The current value."},
     {"raise_to", (PyCFunction)SharedCounter_raise_to, METH_O,
      "raise_to(floor, /): lifts the value to at least floor; returns the value after."},
+    {"publish", (PyCFunction)(void (*)(void))SharedCounter_publish, METH_FASTCALL,
+     "publish(slot, claim, /): raises claim slot `slot` to at least `claim`; returns it after."},
+    {"claim", (PyCFunction)SharedCounter_claim, METH_O,
+     "claim(slot, /): the largest claim published in slot `slot` (0: none)."},
     {"close", (PyCFunction)SharedCounter_close, METH_NOARGS,
      "Unmaps the file (the value stays in it); later calls raise RuntimeError."},
     {NULL, NULL, 0, NULL},

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from store.core.partition import Partitioner, PrefixPartitioner
+from store.core.partition import Partitioner, PrefixPartitioner, WorkerPartitioner
 from store.core.settings import DEFAULT_SETTINGS, DEFAULT_STREAM_SETTINGS, Settings
 from store.rpc.settings import RpcSettings
 
@@ -122,9 +122,17 @@ class ReplicaNode:
     manager member (role "cm", shard -1)."""
 
     role: str  # "leader", "follower" or "cm"
-    shard: int
+    shard: int  # with workers: the unit, shard * workers + worker
     region: str
     rpc: tuple[str, int]
+    workers: int = 1
+
+    @property
+    def label(self) -> str:
+        """The shard as users see it: ``3``, or with workers ``3.1`` (shard 3, worker 1)."""
+        if self.workers == 1:
+            return str(self.shard)
+        return f"{self.shard // self.workers}.{self.shard % self.workers}"
 
     @property
     def address(self) -> str:
@@ -136,8 +144,8 @@ class ReplicaNode:
         if self.role == "cm":
             return f"cm-{self.region}"
         if self.role == "leader":
-            return f"shard-{self.shard}"
-        return f"shard-{self.shard}-{self.region}"
+            return f"shard-{self.label}"
+        return f"shard-{self.label}-{self.region}"
 
 
 @dataclass(frozen=True)
@@ -166,13 +174,18 @@ class ClusterConfig:
     # [placement]: tables on every shard, and per table (field, splits) (PrefixPartitioner)
     replicated_tables: tuple[str, ...] = ()
     table_rules: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    # Worker processes per shard leader (docs/design.md, "Workers"): ``shards`` then holds
+    # one entry per worker (a unit, ``shard * workers + worker``), each with its own
+    # addresses, and ``partitioner()`` maps keys to units.
+    workers: int = 1
 
     def nodes(self) -> list[ReplicaNode]:
         """Every server process: the leaders, then the followers, shard by shard, then the
         configuration manager's members."""
-        nodes = [ReplicaNode("leader", s.shard, s.region, s.leader) for s in self.shards]
+        w = self.workers
+        nodes = [ReplicaNode("leader", s.shard, s.region, s.leader, w) for s in self.shards]
         for shard in self.shards:
-            nodes += [ReplicaNode("follower", shard.shard, r, a) for r, a in shard.followers]
+            nodes += [ReplicaNode("follower", shard.shard, r, a, w) for r, a in shard.followers]
         return nodes + self.cm_nodes()
 
     def cm_nodes(self) -> list[ReplicaNode]:
@@ -184,8 +197,9 @@ class ClusterConfig:
     def shard_nodes(self, shard: int) -> list[ReplicaNode]:
         """Every replica of one shard: its first leader, then its followers."""
         config = self.shards[shard]
-        return [ReplicaNode("leader", shard, config.region, config.leader)] + [
-            ReplicaNode("follower", shard, region, address) for region, address in config.followers
+        w = self.workers
+        return [ReplicaNode("leader", shard, config.region, config.leader, w)] + [
+            ReplicaNode("follower", shard, region, address, w) for region, address in config.followers
         ]
 
     def peers(self, node: ReplicaNode) -> list[ReplicaNode]:
@@ -253,13 +267,21 @@ class ClusterConfig:
             for peer in peers
         }
 
+    @property
+    def shard_count(self) -> int:
+        """Shards, not counting their workers (``len(shards)`` counts units)."""
+        return len(self.shards) // self.workers
+
     def partitioner(self) -> Partitioner:
+        base: Partitioner
         if self.partitioner_kind == "prefix" or self.replicated_tables or self.table_rules:
-            return PrefixPartitioner(
-                len(self.shards), 1 if self.partitioner_kind == "prefix" else None,
+            base = PrefixPartitioner(
+                self.shard_count, 1 if self.partitioner_kind == "prefix" else None,
                 self.replicated_tables, self.table_rules,
             )
-        return Partitioner(len(self.shards))
+        else:
+            base = Partitioner(self.shard_count)
+        return base if self.workers == 1 else WorkerPartitioner(base, self.workers)
 
     def placement(self) -> dict[str, Any]:
         """How keys are placed, as ``meridian status`` shows it."""
@@ -294,6 +316,8 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "data_bytes_max": ("integer (bytes)", 256 << 20, "a bound on each process's data directory (its write-ahead log and, for a follower, its snapshot): a log is rewritten as its acceptor's checkpoint (its promise and the values it still keeps, log_retained_slots of [stream]) before the directory would pass it; a bound below what the acceptor keeps cannot be held, and the status says so; 0: never rewrite"),
         "fsync": ("true / false", True, "sync every acceptor's promises and votes to disk before the messages that follow them; false is for benchmarks only: a power cut in a majority of regions can then lose committed transactions"),
         "transport": ("'udp' or 'rdma'", "udp", "the RPC core's transport between servers and clients; 'rdma' needs an RDMA device and is refused at startup where it cannot run, saying why"),
+        "workers": ("integer", 1, "worker processes per shard leader (and per follower), each holding a slice of the shard's keys with its own Paxos stream; the workers of a shard must run on one machine (they share its counter in a file under run_dir)"),
+        "worker_port_stride": ("integer", 10, "with workers: worker w of a shard listens on the shard's addresses' ports plus w times this"),
     },
     "regions": {
         "name": ("string", None, "a region (datacenter) name"),
@@ -493,6 +517,14 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     if partitioner not in ("hash", "prefix"):
         raise ConfigError("cluster.partitioner is 'hash' or 'prefix'")
     replicated_tables, table_rules = _parse_placement(data.get("placement"), len(shards))
+    workers = _integer(cluster.get("workers", 1), "cluster.workers")
+    stride = _integer(cluster.get("worker_port_stride", 10), "cluster.worker_port_stride")
+    if not 1 <= workers <= WORKERS_MAX:
+        raise ConfigError(f"cluster.workers must be in [1, {WORKERS_MAX}], got {workers}")
+    if workers > 1:
+        if stride < 1:
+            raise ConfigError(f"cluster.worker_port_stride must be at least 1, got {stride}")
+        shards = _worker_units(shards, workers, stride)
     procedures = cluster.get("procedures", [])
     if not isinstance(procedures, list) or not all(
         isinstance(p, str) and ":" in p for p in procedures
@@ -529,6 +561,19 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             control=parse_address(raw_wan.get("control", "127.0.0.1:8999"), "wan.control"),
         )
     cm = _parse_cm(data.get("cm", []), regions, shards)
+    taken: dict[tuple[str, int], str] = {}
+    for what, address in [
+        *((f"shards[{s.shard}] leader", s.leader) for s in shards),
+        *((f"shards[{s.shard}] follower", a) for s in shards for _, a in s.followers),
+        *(("a cm member", a) for _, a in cm),
+    ]:
+        other = taken.setdefault(address, what)
+        if other != what:
+            raise ConfigError(
+                f"{address[0]}:{address[1]} is both {other} and {what}"
+                + (" (with workers: move the shards' ports apart, or change "
+                   "cluster.worker_port_stride)" if workers > 1 else "")
+            )
     security = _parse_security(data.get("security"), base)
     replication_offset = _integer(
         cluster.get("replication_port_offset", 1000), "cluster.replication_port_offset"
@@ -568,9 +613,34 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         data_bytes_max=_integer(cluster.get("data_bytes_max", 256 << 20), "cluster.data_bytes_max"),
         replicated_tables=replicated_tables,
         table_rules=table_rules,
+        workers=workers,
     )
     _check_listeners(config)
     return config
+
+
+WORKERS_MAX = 64
+
+
+def _worker_units(shards: list[ShardConfig], workers: int, stride: int) -> list[ShardConfig]:
+    """Each shard's ``workers`` units: worker ``w`` at the shard's ports plus ``w * stride``."""
+    units = []
+    for config in shards:
+        for w in range(workers):
+            step = w * stride
+
+            def moved(address: tuple[str, int], step: int = step) -> tuple[str, int]:
+                if address[1] + step > 65535:
+                    raise ConfigError(
+                        f"{address[0]}:{address[1]}: worker {w}'s port (+ {step}) would pass 65535"
+                    )
+                return address[0], address[1] + step
+
+            units.append(ShardConfig(
+                config.shard * workers + w, moved(config.leader), config.region,
+                tuple((region, moved(address)) for region, address in config.followers),
+            ))
+    return units
 
 
 def _check_listeners(config: ClusterConfig) -> None:

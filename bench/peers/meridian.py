@@ -74,7 +74,7 @@ def _shift(address: str, by: int) -> str:
 
 def cluster_file(
     directory: Path, log_dir: Path, rtt_ms: float, jitter_ms: float, port_shift: int = 0,
-    source: Path = GEO3, fsync: bool = True,
+    source: Path = GEO3, fsync: bool = True, workers: int = 1,
 ) -> Path:
     """``cluster/geo3.toml`` as it is, but for the round trip and jitter of this run, its
     servers' logs in ``log_dir``, their write-ahead logs in ``directory`` (the scratch
@@ -85,6 +85,8 @@ def cluster_file(
     data["cluster"]["data_dir"] = str(directory / "data")
     data["cluster"]["fsync"] = fsync
     data["cluster"]["python_path"] = [str(REPO)]
+    if workers != 1:
+        data["cluster"]["workers"] = workers
     for shard in data["shards"]:
         shard["leader"] = _shift(shard["leader"], port_shift)
         for follower in shard.get("followers", []):

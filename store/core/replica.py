@@ -55,6 +55,7 @@ from store.core.transfer import FollowerState, StateServer, StoreSnapshot
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import (
+    CLAIM_SLOTS,
     ClockWaits,
     CounterSource,
     ShardWatermark,
@@ -179,6 +180,10 @@ class ShardLeader:
         self.store = store if store is not None else VersionedStore()
         self.watermark = ShardWatermark(counter=counter)
         self.vw = VectorWatermark(self.workers)
+        # Where the workers of this shard publish their claims for each other (beside the
+        # shared counter), so that a fellow's transactions need not wait for the gossip.
+        self._shared = counter if counter is not None and 1 < self.workers <= CLAIM_SLOTS else None
+        self._worker = shard % self.workers
         self._floor = 0  # the largest fellow worker's claim raise_floor was given
         # What waits for the vector watermark: the coordinator's certified transactions
         # and the participant's hidden writes; released whenever an entry rises (_learn).
@@ -687,9 +692,17 @@ class ShardLeader:
 
     def _refresh_watermark(self) -> None:
         mark = self.durable_watermark()
+        shared = self._shared
         if mark > self.vw.claims.get(self.shard, 0):
             self._learn(self.shard, mark)
+            if shared is not None:
+                shared.publish(self._worker, mark)
         if self.workers > 1:
+            if shared is not None:
+                first = self.clock * self.workers
+                for worker in range(self.workers):
+                    if worker != self._worker:
+                        self._learn(first + worker, shared.claim(worker))
             top = self.vw.fellows_top(self.shard)
             if top > self._floor:
                 self._floor = top

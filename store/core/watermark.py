@@ -36,14 +36,33 @@ class CounterSource(Protocol):
 
     def raise_to(self, floor: int, /) -> int: ...
 
+    def publish(self, slot: int, claim: int, /) -> int: ...
+
+    def claim(self, slot: int, /) -> int: ...
+
+
+# Workers of a shard that publish their claims beside the shared counter (SharedCounter's
+# claim slots); a shard of more workers gossips them only.
+CLAIM_SLOTS = 6
+
 
 class LocalCounter:
     """A counter source in one process: what the simulator's workers of a shard share."""
 
-    __slots__ = ("_value",)
+    __slots__ = ("_claims", "_value")
 
     def __init__(self, start: int = 0) -> None:
         self._value = start
+        self._claims = [0] * CLAIM_SLOTS
+
+    def publish(self, slot: int, claim: int, /) -> int:
+        if not 0 <= slot < CLAIM_SLOTS or claim < 0:
+            raise ValueError(f"LocalCounter.publish({slot}, {claim})")
+        self._claims[slot] = max(self._claims[slot], claim)
+        return self._claims[slot]
+
+    def claim(self, slot: int, /) -> int:
+        return self._claims[slot]
 
     def draw(self) -> int:
         self._value += 1

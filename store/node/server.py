@@ -50,6 +50,7 @@ from store.node.replication import ReplicationTransport, TlsIdentity
 from store.node.snapshot import SnapshotWriter, read_snapshot
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
+from store.rpc._native import SharedCounter
 from store.rpc.aio import Rpc, new_event_loop
 
 log = logging.getLogger("meridian.server")
@@ -113,6 +114,16 @@ def initial_map(config: ClusterConfig) -> ClusterMap:
         config.leader_addresses(),
         [[f"{host}:{port}" for _, (host, port) in shard.followers] for shard in config.shards],
     )
+
+
+def shard_counter(config: ClusterConfig, unit: int) -> SharedCounter | None:
+    """The counter the workers of ``unit``'s shard share (None with one worker): a file
+    under the run directory, mapped by every worker of the shard on this machine."""
+    if config.workers == 1:
+        return None
+    directory = config.run_dir / "counters"
+    directory.mkdir(parents=True, exist_ok=True)
+    return SharedCounter(directory / f"shard-{unit // config.workers}", create=True)
 
 
 class ShardServer:
@@ -209,6 +220,7 @@ class ShardServer:
                 stream_settings=stream_settings,
                 cm_members=cm_members,
                 breaks=breaks,
+                counter=shard_counter(config, shard),
             )
         else:
             replica = ShardFollower(
@@ -430,7 +442,8 @@ class ShardServer:
                 "metrics": self._metrics_url(),
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "epoch": replica.epoch,
-                "watermark": replica.vw[self.shard],
+                "label": self.node.label,
+                "watermark": replica.vw[replica.clock],
                 "vector_watermark": {str(k): v for k, v in sorted(replica.vw.items())},
                 "keys": replica.store.key_count(),
                 "applied_slots": replica.applied_slots,
@@ -453,7 +466,10 @@ class ShardServer:
             "metrics": self._metrics_url(),
             "uptime_s": round(time.time() - self.started_at, 3),
             "epoch": replica.epoch,
+            "label": self.node.label,  # "3", or with workers "3.1" (shard 3, worker 1)
+            # With workers: this worker's claim (its stream's), the shard's is in the vector.
             "watermark": replica.durable_watermark(),
+            "stream_chosen_slot": replica.stream.chosen_through if replica.stream is not None else None,
             "vector_watermark": {str(k): v for k, v in sorted(replica.vw.entries.items())},
             "keys": replica.store.key_count(),
             "locks_held": replica.store.locked_count(),

@@ -139,6 +139,10 @@ class ProcessCluster:
             shard.followers for shard in self.config.shards
         )
         self.restarting = bool(with_data) and not self.fresh and restartable
+        if not self.restarting:
+            # The counters the workers of each shard share (store.node.server.shard_counter)
+            # start at 0 with a new cluster; a restart keeps them (they only ever grow).
+            shutil.rmtree(self.config.run_dir / "counters", ignore_errors=True)
         if with_data and not self.restarting:
             self._set_data_aside(with_data)
             print(
@@ -450,13 +454,16 @@ def run_up(config: ClusterConfig, restart: bool = True, fresh: bool = False) -> 
 def format_status(
     epoch: int, leaders: list[str], statuses: list[dict[str, Any] | None]
 ) -> str:
-    """One line per shard: its leader in the cluster map (epoch -1: the cluster file's, no
-    configuration manager answered), the leader's process and counters."""
+    """One line per shard (with workers, per worker: ``shard.worker``): its leader in the
+    cluster map (epoch -1: the cluster file's, no configuration manager answered), the
+    leader's process, its watermark (a worker's: its claim), the slot its stream has chosen
+    through (``-``: no followers, no stream), and its counters."""
     source = "cluster file" if epoch < 0 else "configuration manager"
     lines = [
         f"epoch {max(epoch, 0)} (leaders from the {source})",
-        f"{'shard':>5}  {'leader':<21} {'pid':>7} {'health':<8} {'watermark':>9} {'keys':>8} "
-        f"{'in-flight':>9} {'certified':>9} {'committed':>9} {'aborted':>8} {'rolled back':>11}",
+        f"{'shard':>5}  {'leader':<21} {'pid':>7} {'health':<8} {'watermark':>9} {'stream':>7} "
+        f"{'keys':>8} {'in-flight':>9} {'certified':>9} {'committed':>9} {'aborted':>8} "
+        f"{'rolled back':>11}",
     ]
     for shard, (leader, status) in enumerate(zip(leaders, statuses, strict=True)):
         if status is None or status.get("role") != "leader":
@@ -464,9 +471,11 @@ def format_status(
             lines.append(f"{shard:>5}  {leader:<21} {'-':>7} {health:<8}")
             continue
         counters = status["counters"]
+        slot = status.get("stream_chosen_slot")
         lines.append(
-            f"{shard:>5}  {status['address']:<21} {status['pid']:>7} {'up':<8} "
-            f"{format_counter(status['watermark']):>9} {status['keys']:>8} {status['in_flight']:>9} "
+            f"{status.get('label', shard):>5}  {status['address']:<21} {status['pid']:>7} {'up':<8} "
+            f"{format_counter(status['watermark']):>9} {'-' if slot is None else slot:>7} "
+            f"{status['keys']:>8} {status['in_flight']:>9} "
             f"{counters['certified']:>9} {counters['committed']:>9} {counters['aborted']:>8} "
             f"{counters.get('rolled_back', 0):>11}"
         )
@@ -495,7 +504,7 @@ def format_processes(
     for node, status in zip(nodes, statuses, strict=True):
         name = node.name
         if status is None:
-            lines.append(f"{name:<14} {'DOWN':<9} {node.shard:>5} {node.region:<7} {node.address:<21}")
+            lines.append(f"{name:<14} {'DOWN':<9} {node.label:>5} {node.region:<7} {node.address:<21}")
             continue
         lag = ""
         if status.get("role") == "follower":
@@ -510,7 +519,7 @@ def format_processes(
                     else None
                 )
                 lag = f"{'?' if slots is None else slots} slots, {'?' if behind is None else behind} behind"
-        shard = "-" if node.role == "cm" else str(node.shard)
+        shard = "-" if node.role == "cm" else node.label
         disk = status.get("disk")
         shown_disk = "-" if not disk else (
             f"{disk['recovered_records']} recovered, {disk['log_bytes'] / 1e6:.1f} MB"

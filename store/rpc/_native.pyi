@@ -129,6 +129,11 @@ class SharedCounter:
     def raise_to(self, floor: int, /) -> int:
         """Lifts the value to at least ``floor`` (ValueError if negative) and returns the
         value after: never lowers it."""
+    def publish(self, slot: int, claim: int, /) -> int:
+        """Raises claim slot ``slot`` (a worker of the shard, ``[0, 6)``) to at
+        least ``claim`` and returns it after (ValueError for a bad slot or a negative claim)."""
+    def claim(self, slot: int, /) -> int:
+        """The largest claim published in slot ``slot`` (0: none)."""
     def close(self) -> None:
         """Unmaps the file (the value stays in it); any later call but ``close`` raises
         RuntimeError."""

@@ -150,3 +150,42 @@ def test_rdma_is_selectable_and_refused_with_the_reason_where_it_cannot_run(tmp_
         assert "Traceback" not in done.stderr
     with pytest.raises(Unavailable, match="needs an RDMA device"):
         run(Client.connect(path))
+
+
+def test_workers_make_one_unit_per_worker_at_the_shards_ports_plus_a_stride() -> None:
+    data = {
+        "cluster": {"workers": 2},
+        "regions": [{"name": "us"}, {"name": "eu"}],
+        "shards": [
+            {"leader": "h:7000", "followers": [{"region": "eu", "address": "g:7000"}]},
+            {"leader": "h:7001", "followers": [{"region": "eu", "address": "g:7001"}]},
+        ],
+    }
+    config = from_dict(data)
+    assert config.workers == 2 and config.shard_count == 2
+    assert [s.leader_address for s in config.shards] == ["h:7000", "h:7010", "h:7001", "h:7011"]
+    assert [s.followers for s in config.shards][1] == (("eu", ("g", 7010)),)
+    assert [n.name for n in config.nodes()][:4] == [
+        "shard-0.0", "shard-0.1", "shard-1.0", "shard-1.1",
+    ]
+    partitioner = config.partitioner()
+    assert partitioner.shard_count == 4 and partitioner.clock_of(3) == 1
+    assert {partitioner.shard_of(f"k{n}") for n in range(100)} == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize(
+    ("cluster", "complaint"),
+    [
+        ({"workers": 0}, "cluster.workers must be in"),
+        ({"workers": 2, "worker_port_stride": 1}, "is both"),  # worker 1 of shard 0 on shard 1's port
+        ({"workers": 2, "worker_port_stride": 0}, "worker_port_stride must be at least 1"),
+        ({"workers": "2"}, "cluster.workers"),
+    ],
+)
+def test_bad_workers_settings_are_refused(cluster: dict[str, object], complaint: str) -> None:
+    data = {
+        "cluster": cluster, "regions": [{"name": "us"}],
+        "shards": [{"leader": "h:7000"}, {"leader": "h:7001"}],
+    }
+    with pytest.raises(ConfigError, match=complaint):
+        from_dict(data)

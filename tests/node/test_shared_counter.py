@@ -101,3 +101,22 @@ def test_opening_does_not_keep_the_file_locked(tmp_path: Path) -> None:
     assert out.get(timeout=30)[-1] == DRAWS_PER_PROCESS
     other.join(timeout=30)
     assert first.draw() == DRAWS_PER_PROCESS + 1
+
+
+def test_claims_published_by_one_process_are_read_by_another_and_only_grow(tmp_path: Path) -> None:
+    path = tmp_path / "shard-0"
+    worker0 = SharedCounter(path, create=True)
+    worker1 = SharedCounter(path)
+    assert worker1.claim(0) == 0
+    assert worker0.publish(0, 17) == 17
+    assert worker1.claim(0) == 17 and worker1.claim(1) == 0
+    assert worker0.publish(0, 9) == 17  # a claim never goes back
+    assert worker1.publish(5, 3) == 3 and worker0.claim(5) == 3
+    with pytest.raises(ValueError):
+        worker0.publish(6, 1)  # six slots
+    with pytest.raises(ValueError):
+        worker0.publish(0, -1)
+    worker0.draw()
+    assert worker1.value() == 1 and worker1.claim(0) == 17  # the value is apart from the claims
+    worker0.close()
+    worker1.close()
