@@ -629,7 +629,7 @@ def _worker_units(shards: list[ShardConfig], workers: int, stride: int) -> list[
         for w in range(workers):
             step = w * stride
 
-            def moved(address: tuple[str, int], step: int = step) -> tuple[str, int]:
+            def moved(address: tuple[str, int], step: int = step, w: int = w) -> tuple[str, int]:
                 if address[1] + step > 65535:
                     raise ConfigError(
                         f"{address[0]}:{address[1]}: worker {w}'s port (+ {step}) would pass 65535"
