@@ -98,7 +98,7 @@ from store.client.protocol import ClientSettings
 from store.config import MERIDIAN_RPC_SETTINGS
 from store.core.coordinator import Certification
 from store.core.errors import InvalidRequest
-from store.core.partition import Partitioner
+from store.core.partition import Partitioner, WorkerPartitioner
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OPS_PROCEDURE, Procedures
 from store.core.vclock import EMPTY, VectorClock
@@ -353,11 +353,15 @@ def _record_without_clock(record: bytes) -> bytes:
 
 
 def measure(
-    shards: int, regions: int, seed: int, duration_ms: int, clients: int, sparse_clocks: bool
+    shards: int, regions: int, seed: int, duration_ms: int, clients: int, sparse_clocks: bool,
+    workers: int = 1,
 ) -> dict[str, Any]:
     sim = Simulator(seed)
     network = Network(sim)
-    partitioner = Partitioner(shards)
+    partitioner: Partitioner = Partitioner(shards)
+    if workers > 1:  # a unit per worker; clocks keep one entry per shard
+        partitioner = WorkerPartitioner(partitioner, workers)
+    units = partitioner.shard_count
     meter = WireMeter()
     entries: list[int] = []
 
@@ -384,13 +388,13 @@ def measure(
 
     settings = DEFAULT_SETTINGS.with_overrides(sparse_clocks=sparse_clocks)
     # Every leader may talk to every other one, every replica to every CM member.
-    sessions = (regions + 1) * shards + clients + 16
+    sessions = (regions + 1) * units + clients + 16
     rpc_settings = MERIDIAN_RPC_SETTINGS.replace(
         sessions_max=sessions,
         server_credits_max=sessions * MERIDIAN_RPC_SETTINGS.session_credits,
     )
     cluster = SimCluster(
-        sim, network, shards, Procedures(), partitioner=partitioner, settings=settings,
+        sim, network, units, Procedures(), partitioner=partitioner, settings=settings,
         regions=REGIONS[:regions], wan_rtt_ms=WAN_RTT_MS, probe=Probe(),
         rpc_settings=rpc_settings,
     )
@@ -422,12 +426,12 @@ def measure(
 
 
 def row(
-    shards: int, regions: int, seed: int, duration_ms: int, clients: int
+    shards: int, regions: int, seed: int, duration_ms: int, clients: int, workers: int = 1
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    out: dict[str, Any] = {"shards": shards, "regions": regions}
+    out: dict[str, Any] = {"shards": shards, "workers": workers, "regions": regions}
     for name, sparse in (("sparse", True), ("unsparse", False)):
-        result = measure(shards, regions, seed, duration_ms, clients, sparse)
+        result = measure(shards, regions, seed, duration_ms, clients, sparse, workers)
         if name == "sparse":
             out["transactions"] = result["transactions"]
         del result["transactions"]
@@ -458,6 +462,11 @@ def main() -> None:
         "wide-area round trip: fewer transactions per virtual second)",
     )
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1],
+        help="worker processes per shard, each run once (e.g. 1 4: clocks keep one entry per "
+        "shard however many workers)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -470,13 +479,15 @@ def main() -> None:
             flush=True,
         )
     for regions in args.regions:
-        for shards in args.shards if regions == 1 else args.shards_3r:
+        for shards, workers in [
+            (s, w) for s in (args.shards if regions == 1 else args.shards_3r) for w in args.workers
+        ]:
             duration_ms = args.duration_ms if regions == 1 else args.duration_ms_3r
-            r = row(shards, regions, args.seed, duration_ms, args.clients)
+            r = row(shards, regions, args.seed, duration_ms, args.clients, workers)
             rows.append(r)
             if not args.json:
                 print(
-                    f"{regions}r {shards:>4} shards: msgpack sparse "
+                    f"{regions}r {shards:>4} shards x {workers} workers: msgpack sparse "
                     f"{r['sparse_msgpack_clock_bytes']:>7.1f} B unsparse "
                     f"{r['unsparse_msgpack_clock_bytes']:>7.1f} B | stream sparse "
                     f"{r['sparse_stream_clock_bytes']:>7.1f} B unsparse "

@@ -264,6 +264,8 @@ class WorkerPartitioner(Partitioner):
         self.shards = base.shard_count
         self.workers = workers
         self.replicated = base.replicated
+        # The plain hash rule (not a subclass's placement): computed inline.
+        self._hashed = type(base) is Partitioner
 
     def clock_of(self, shard: int) -> int:
         return shard // self.workers
@@ -273,11 +275,17 @@ class WorkerPartitioner(Partitioner):
 
     def shard_of(self, key: str) -> int:
         base, workers = self.base, self.workers
+        if self._hashed:  # Partitioner's rule and worker_of's, from one CRC
+            crc, shards = zlib.crc32(key.encode()), self.shards
+            return crc % shards * workers + crc // shards % workers
         return base.shard_of(key) * workers + base.worker_of(key, workers)
 
     def owns_all(self, keys: Sequence[str], shard: int) -> bool:
         shard_of = self.shard_of
-        return all(shard_of(key) == shard for key in keys)
+        for key in keys:  # noqa: SIM110 (a loop, not a generator: this is the hot path)
+            if shard_of(key) != shard:
+                return False
+        return True
 
     def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
         workers = self.workers

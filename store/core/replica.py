@@ -184,6 +184,7 @@ class ShardLeader:
         # shared counter), so that a fellow's transactions need not wait for the gossip.
         self._shared = counter if counter is not None and 1 < self.workers <= CLAIM_SLOTS else None
         self._worker = shard % self.workers
+        self._published = 0  # the claim last published there
         self._floor = 0  # the largest fellow worker's claim raise_floor was given
         # What waits for the vector watermark: the coordinator's certified transactions
         # and the participant's hidden writes; released whenever an entry rises (_learn).
@@ -477,7 +478,12 @@ class ShardLeader:
         if self.stream is not None:
             self.stream.advance_watermark(self.watermark.watermark)
         else:
-            self._learn(self.shard, self.watermark.watermark)
+            mark = self.watermark.watermark
+            self._learn(self.shard, mark)
+            if self.workers > 1:
+                # Fresh claims of the fellows: the coordinator may answer COMMITTED in this
+                # step if they cover the transaction's counter.
+                self._share_claims(mark)
 
     def _pump_stream(self) -> None:
         """Carries out the stream's Ready: messages out, chosen entries into the watermark."""
@@ -692,21 +698,26 @@ class ShardLeader:
 
     def _refresh_watermark(self) -> None:
         mark = self.durable_watermark()
-        shared = self._shared
         if mark > self.vw.claims.get(self.shard, 0):
             self._learn(self.shard, mark)
-            if shared is not None:
-                shared.publish(self._worker, mark)
         if self.workers > 1:
-            if shared is not None:
-                first = self.clock * self.workers
-                for worker in range(self.workers):
-                    if worker != self._worker:
-                        self._learn(first + worker, shared.claim(worker))
-            top = self.vw.fellows_top(self.shard)
-            if top > self._floor:
-                self._floor = top
-                self.watermark.raise_floor(top)
+            self._share_claims(mark)
+
+    def _share_claims(self, mark: int) -> None:
+        """A worker of a shard of several: publishes its claim ``mark`` for its fellows and
+        learns theirs (``_shared``), and draws above the largest of theirs."""
+        shared = self._shared
+        if shared is not None:
+            if mark > self._published:
+                self._published = shared.publish(self._worker, mark)
+            first = self.clock * self.workers
+            for worker in range(self.workers):
+                if worker != self._worker:
+                    self._learn(first + worker, shared.claim(worker))
+        top = self.vw.fellows_top(self.shard)
+        if top > self._floor:
+            self._floor = top
+            self.watermark.raise_floor(top)
 
     def _learn(self, unit: int, watermark: int) -> None:
         """A unit's claim (one worker: its shard's watermark)."""

@@ -3,7 +3,11 @@
 ``bench/micro.py --generators in-server`` asks every shard leader (a ``GENERATE`` request)
 to run the microbenchmark's mix itself for a while: ``in_flight`` transactions at a time,
 each homed on this shard, 50% read-only and 50% read-modify-write of 4 keys, an access going
-to another shard with probability ``remote``. There is no client path: a transaction is
+to another shard with probability ``remote``. In a shard of several workers (docs/design.md,
+"Workers") it runs in each worker, homed on the worker's own keys, and a remote access goes
+to another *shard* (to any of its workers), as in Mako's benchmark, whose worker threads each
+run transactions on their own partition: keys of a fellow worker are not picked, so with
+one shard nothing is remote. There is no client path: a transaction is
 handed to the replica as a ``Submit`` object and its ``Outcome`` comes back as an object
 (no codec, no RPC), the way Mako's in-process generators call its workers. Remote accesses
 still cross the RPC core to the other shard leader, and replication runs as always. The
@@ -132,13 +136,15 @@ class Generator:
         keys: list[list[str]],
         spec: GenerateSpec,
         *,
+        workers: int = 1,
         now_s: Callable[[], float],
         soon: Callable[[Callable[[], None]], object],
         done: Callable[[dict[str, Any]], None],
     ) -> None:
         self._host = host
         self._shard = shard
-        self._keys = keys
+        self._keys = keys  # per unit (a shard's worker; one worker: per shard)
+        self._workers = workers
         self._spec = spec
         self._now_s = now_s
         self._soon = soon
@@ -166,16 +172,17 @@ class Generator:
         self._active = self._spec.in_flight
 
     def _new_txn(self) -> _Txn:
-        rng, keys, home = self._rng, self._keys, self._shard
-        shards = len(keys)
+        rng, keys, home, workers = self._rng, self._keys, self._shard, self._workers
+        shards = len(keys) // workers
         chosen = []
         cross_shard = False
         for _ in range(4):
-            shard = home
+            unit = home
             if shards > 1 and rng.random() < self._spec.remote:
-                shard = (home + rng.randrange(1, shards)) % shards
+                other = (home // workers + rng.randrange(1, shards)) % shards
+                unit = other * workers + (rng.randrange(workers) if workers > 1 else 0)
                 cross_shard = True
-            shard_keys = keys[shard]
+            shard_keys = keys[unit]
             chosen.append(shard_keys[rng.randrange(len(shard_keys))])
         if rng.random() < 0.5:
             return _Txn(self, [[["get", key] for key in chosen]], "read_only", cross_shard)

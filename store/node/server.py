@@ -401,7 +401,7 @@ class ShardServer:
             self.rpc.enqueue_response(handle, bytes(msgpack.packb(result)))
 
         self._generator = Generator(
-            self.host, self.shard, keys, spec,
+            self.host, self.shard, keys, spec, workers=self.config.workers,
             now_s=time.monotonic, soon=self.loop.call_soon, done=done,
         )
         self._generator.start()
