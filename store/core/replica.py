@@ -705,7 +705,7 @@ class ShardLeader:
 
     def _share_claims(self, mark: int) -> None:
         """A worker of a shard of several: publishes its claim ``mark`` for its fellows and
-        learns theirs (``_shared``), and draws above the largest of theirs."""
+        learns theirs (``_shared``); one counting alone draws above the largest of theirs."""
         shared = self._shared
         if shared is not None:
             if mark > self._published:
@@ -714,6 +714,7 @@ class ShardLeader:
             for worker in range(self.workers):
                 if worker != self._worker:
                     self._learn(first + worker, shared.claim(worker))
+            return  # its fellows draw from the same counter: no floor to raise
         top = self.vw.fellows_top(self.shard)
         if top > self._floor:
             self._floor = top
