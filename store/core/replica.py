@@ -477,6 +477,10 @@ class ShardLeader:
         self.watermark.settle(counter)
         if self.stream is not None:
             self.stream.advance_watermark(self.watermark.watermark)
+            if self.workers > 1:
+                # Wakes the fellows soon (a gossip push): an idle one's claim has risen
+                # with this draw, and this transaction commits once its stream carries it.
+                self._push_gossip()
         else:
             mark = self.watermark.watermark
             self._learn(self.shard, mark)
@@ -510,9 +514,7 @@ class ShardLeader:
             if entry.watermark >= counter_base(entry.epoch) and entry.watermark > self._durable_mark:
                 self._durable_mark = entry.watermark
         if self._durable_mark > mark:
-            # Pushed to the peers at once (Settings.gossip_push_spacing_ns).
-            soon = max(self._now_ns, self._gossiped_at + self.settings.gossip_push_spacing_ns)
-            self._gossip_at = min(self._gossip_at, soon)
+            self._push_gossip()  # to the peers at once
         if not self.participant.certifying and self.epochs.ended >= self.epoch - 1:
             self.participant.certifying = True  # the takeover is complete: all is replayed
         if ready.chosen:
@@ -521,6 +523,13 @@ class ShardLeader:
                 stream.forget_before(forget)
                 stream.acceptor.forget_before(forget)
         self._stream_wake_at = ready.wake_at
+
+    def _push_gossip(self) -> None:
+        """Gossip at once, but not more often than Settings.gossip_push_spacing_ns (also
+        when the vector watermark has not moved since the last: a fellow worker is woken)."""
+        soon = max(self._now_ns, self._gossiped_at + self.settings.gossip_push_spacing_ns)
+        self._gossip_at = min(self._gossip_at, soon)
+        self._gossiped_moves = -1
 
     def _overwritten(self, writes: list[Write]) -> list[int]:
         """For the probe: the writer of the version each write overwrote here."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 
 from store.client.protocol import ClientSettings
+from store.core.partition import Partitioner, WorkerPartitioner
 from store.core.txn import Procedures
 from store.sim.client import SdkProcess
 from store.sim.cluster import REGIONS, SimCluster
@@ -18,10 +19,16 @@ from store.sim.network import MS, Network
 RTT_MS = 50.0
 
 
-def _commit_latencies_ms(two_shards: bool, count: int = 30) -> list[float]:
+def _commit_latencies_ms(two_shards: bool, count: int = 30, workers: int = 1) -> list[float]:
     sim = Simulator(1)
     network = Network(sim)
-    cluster = SimCluster(sim, network, 2, Procedures(), regions=REGIONS[:3], wan_rtt_ms=RTT_MS)
+    partitioner: Partitioner = Partitioner(2)
+    if workers > 1:
+        partitioner = WorkerPartitioner(partitioner, workers)
+    cluster = SimCluster(
+        sim, network, partitioner.shard_count, Procedures(), regions=REGIONS[:3],
+        wan_rtt_ms=RTT_MS, partitioner=partitioner,
+    )
     cluster.start()
     client = SdkProcess(
         sim, network, "client/latency", REGIONS[0], cluster.leader_addresses,
@@ -29,7 +36,7 @@ def _commit_latencies_ms(two_shards: bool, count: int = 30) -> list[float]:
     )
     keys = [f"t/{i}" for i in range(400)]
     home = [k for k in keys if cluster.partitioner.shard_of(k) == 0]
-    other = [k for k in keys if cluster.partitioner.shard_of(k) == 1]
+    other = [k for k in keys if cluster.partitioner.shard_of(k) == workers]  # shard 1's first
     sim.run_until(sim.now_ns + 500 * MS)  # phase 1 of every stream done
     latencies = []
     for i in range(count):
@@ -60,3 +67,13 @@ def test_a_quiet_two_shard_commit_hears_the_other_shard_at_once() -> None:
     latencies = _commit_latencies_ms(two_shards=True)
     assert statistics.median(latencies) <= RTT_MS + 4, latencies
     assert max(latencies) <= RTT_MS + 5.5, latencies
+
+
+def test_a_quiet_commit_on_one_worker_of_two_costs_what_it_costs_on_a_shard_of_one() -> None:
+    """It also waits for the other worker's claim to be chosen: the worker that drew pushes
+    gossip at once, which wakes the idle fellow, whose stream then carries its risen claim.
+    Without that push the fellow heard of it at its next timer: p50 62.5 ms, max 65.7
+    (2026-12-03)."""
+    latencies = _commit_latencies_ms(two_shards=False, workers=2)
+    assert statistics.median(latencies) <= RTT_MS + 3.5, latencies
+    assert max(latencies) <= RTT_MS + 5, latencies
