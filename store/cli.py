@@ -8,8 +8,12 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from store.core.settings import BREAKABLE_STEPS
+
+if TYPE_CHECKING:
+    from store.config import ClusterConfig
 from store.sim import SCENARIO_NAMES
 
 
@@ -212,7 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="run one server process: a shard's leader or follower, or a CM member"
     )
     serve.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
-    serve.add_argument("--shard", type=int, help="the shard (leader and follower roles)")
+    serve.add_argument(
+        "--shard",
+        help="the shard (leader and follower roles); with workers, SHARD.WORKER (e.g. 1.0), "
+        "or the unit number SHARD * workers + WORKER",
+    )
     serve.add_argument("--role", choices=["leader", "follower", "cm"], default="leader")
     serve.add_argument("--region", help="the follower's or CM member's region")
     serve.add_argument(
@@ -287,6 +295,22 @@ def _config(path: Path):  # type: ignore[no-untyped-def]
         raise SystemExit(f"meridian: {exc}") from None
 
 
+def _unit(config: ClusterConfig, text: str) -> int:
+    """``--shard``: a number (a unit, with workers), or SHARD.WORKER."""
+    try:
+        if "." not in text:
+            return int(text)
+        shard, worker = (int(part) for part in text.split("."))
+    except ValueError:
+        raise SystemExit(f"meridian: --shard takes a number or SHARD.WORKER, not {text!r}") from None
+    if not 0 <= worker < config.workers or not 0 <= shard < config.shard_count:
+        raise SystemExit(
+            f"meridian: the cluster has no worker {text} ({config.shard_count} shard(s) of "
+            f"{config.workers} worker(s))"
+        )
+    return shard * config.workers + worker
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from store.config import ConfigError
     from store.node.server import serve
@@ -294,6 +318,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from store.node.wal import WalCorrupt
 
     config = _config(args.config)
+    if args.shard is not None:
+        args.shard = _unit(config, args.shard)
     if (args.role == "cm" and args.region is None) or (
         args.role != "cm" and (args.shard is None or (args.role == "follower" and args.region is None))
     ):

@@ -506,6 +506,12 @@ class ShardLeader:
         for _, entry in ready.chosen:
             if not self.epochs.add(entry):
                 continue  # a marker, or void: its epoch already ended on this stream
+            # A stamp speaks for its entry's epoch only (an idle worker's claim is capped to
+            # its epoch: ShardWatermark.watermark); the epoch's finalized watermark is below
+            # the next epoch's base.
+            assert entry.watermark < counter_base(entry.epoch + 1), (
+                f"stream {self.shard}: a stamp {entry.watermark} past epoch {entry.epoch}"
+            )
             if entry.epoch < self.epoch:
                 # Chosen by a leader before us (a takeover re-proposed it): apply it.
                 self._replay_entry(entry)
