@@ -55,6 +55,18 @@ def test_in_server_generators_on_geo3_count_only_replicated_commits() -> None:
     assert "replication to two more regions" in result["not_measured"]
 
 
+def test_in_server_generators_on_two_shards_of_two_workers() -> None:
+    """Every worker generates on its own keys; remote accesses go to the other shard; the
+    four leaders' counters equal the benchmark's count."""
+    result = _micro("--workers", "2", "--generators", "in-server")
+    assert result["shards"] == 2 and result["workers"] == 2
+    assert result["txn_per_s"] > 0 and result["errors"] == 0
+    assert result["cross_shard_fraction"] > 0
+    assert result["metrics"]["endpoints_scraped"] == result["metrics"]["endpoints"] == 4
+    assert result["metrics"]["ratio_to_benchmark"] == 1.0
+    assert result["txn_per_s_per_worker"] == pytest.approx(result["txn_per_s"] / 4, rel=0.01)
+
+
 def test_the_pure_core_benchmark_uses_the_same_keys_as_the_cluster() -> None:
     """bench/core.py keeps its own copy of the key list (it must run against older code):
     efficiency compares like with like only while the copy matches micro_keys."""
