@@ -218,6 +218,7 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
+            or self.watermark.beyond_epoch()
             or (self._doubt and self._any_in_doubt(keys))
         ):
             return False, 0, EMPTY
@@ -263,6 +264,7 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
+            or self.watermark.beyond_epoch()
             or (self._doubt and (self._any_in_doubt(reads) or self._any_in_doubt(locks)))
         ):
             return REFUSED, 0, [], EMPTY
@@ -515,6 +517,7 @@ class Participant:
         if (
             epoch != self.epoch
             or not self.certifying
+            or self.watermark.beyond_epoch()
             or (self._doubt and self._any_in_doubt(keys))
             or not self._check_reads(txn_id, reads, scans)
         ):
@@ -560,7 +563,10 @@ class Participant:
         when this participant cannot certify alone now (another epoch, a takeover not
         finished, versions in doubt, speculation off): the general path decides then.
         Raises InvalidRequest (nothing changed) if an operation does not fit the data."""
-        if epoch != self.epoch or not self.certifying or self._doubt or not self._speculation:
+        if (
+            epoch != self.epoch or not self.certifying or self._doubt or not self._speculation
+            or self.watermark.beyond_epoch()
+        ):
             return None
         store = self.store
         read_keys = ops.batch.keys

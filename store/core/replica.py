@@ -667,6 +667,12 @@ class ShardLeader:
         if cluster_map.leaders[self.shard] != self.address and not self.retired:
             self.retired = True
             self._retired_in = epoch
+            if self.workers > 1:
+                # Its unit has another leader now, counting on its own: what the shared
+                # counter does from here on says nothing of that leader's draws, so this one
+                # neither follows it into its claims nor publishes them.
+                self._shared = None
+                self.watermark.detach(counter_base(epoch))
 
     def _apply_fvws(self) -> None:
         cluster_map = self.map
@@ -720,7 +726,7 @@ class ShardLeader:
 
     def _share_claims(self, mark: int) -> None:
         """A worker of a shard of several: publishes its claim ``mark`` for its fellows and
-        learns theirs (``_shared``); one counting alone draws above the largest of theirs."""
+        learns theirs (``_shared``), and draws above the largest claim of theirs."""
         shared = self._shared
         if shared is not None:
             if mark > self._published:
@@ -729,7 +735,8 @@ class ShardLeader:
             for worker in range(self.workers):
                 if worker != self._worker:
                     self._learn(first + worker, shared.claim(worker))
-            return  # its fellows draw from the same counter: no floor to raise
+        # Also with a shared counter: a fellow a failover promoted elsewhere counts alone,
+        # and its claims can pass this counter.
         top = self.vw.fellows_top(self.shard)
         if top > self._floor:
             self._floor = top

@@ -145,6 +145,23 @@ class ShardWatermark:
         else:
             self._counter.raise_to(counter_base(epoch))
 
+    def beyond_epoch(self) -> bool:
+        """Whether the shared counter is already in a later epoch than this worker's: a
+        fellow has entered an epoch this worker has not heard of yet. It must not certify
+        until it has: a value it drew now would belong to an epoch it is not in, and its
+        stream would end this epoch without it (the value neither durable nor of an epoch
+        that ended where it was drawn)."""
+        counter = self._counter
+        return counter is not None and counter.value() > self._epoch_end
+
+    def detach(self, ceiling: int) -> None:
+        """Stops following a shared counter (a retired worker): from now on this worker
+        counts alone, from where the shared counter is, but never above ``ceiling`` (the
+        base of the epoch in which another leader took its unit over)."""
+        if self._counter is not None:
+            self._last_drawn = max(self._last_drawn, min(self._counter.value(), ceiling))
+            self._counter = None
+
     def settle(self, counter: int) -> None:
         """The transaction that drew ``counter`` aborted or became durable."""
         self._unsettled.discard(counter)
@@ -314,9 +331,13 @@ class VectorWatermark:
         workers = self.workers
         first = unit // workers * workers
         claims = self.claims
-        return max(
-            (claims.get(first + w, 0) for w in range(workers) if first + w != unit), default=0
-        )
+        top = 0
+        for fellow in range(first, first + workers):
+            if fellow != unit:
+                claim = claims.get(fellow, 0)
+                if claim > top:
+                    top = claim
+        return top
 
     def __getitem__(self, shard: int) -> int:
         return self.entries.get(shard, 0)

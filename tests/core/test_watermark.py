@@ -10,6 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.core.epoch import counter_base
+from store.core.participant import Participant
+from store.core.settings import DEFAULT_SETTINGS
+from store.core.storage import VersionedStore
+from store.core.vclock import VectorClock
 from store.core.watermark import LocalCounter, ShardWatermark, VectorWatermark, clock_watermark
 
 
@@ -126,3 +130,20 @@ def test_a_worker_counting_alone_jumps_to_its_fellows_claim_and_claims_it_idle()
     worker = ShardWatermark(counter=shared)
     worker.raise_floor(40)
     assert shared.value() == 40 and worker.watermark == 40
+
+
+def test_a_worker_counting_alone_draws_above_what_its_writes_depend_on() -> None:
+    """A worker promoted alone counts on its own counter, which can be behind the values
+    a fellow drew into the clocks of versions it holds (a transaction across the two):
+    its next write of such a key must still be above the version it overwrites on the
+    shard's entry, or a follower's replay (Thomas's write rule on that entry) keeps the
+    older one. With ``floor_on_deps`` it draws above; without, it would draw 2 here."""
+    store = VersionedStore()
+    store.install("t/k", 1, False, VectorClock({0: 100}), 0, 7)  # a fellow's 100 in its clock
+    watermark = ShardWatermark()
+    watermark.draw()  # this worker's own counter is at 1
+    watermark.settle(1)
+    participant = Participant(0, store, watermark, DEFAULT_SETTINGS, lambda *args: None)
+    participant.floor_on_deps = True
+    ok, counter, deps = participant.lock(11, ["t/k"], 0)
+    assert ok and deps[0] == 100 and counter > 100
