@@ -335,8 +335,7 @@ class VectorWatermark:
         for fellow in range(first, first + workers):
             if fellow != unit:
                 claim = claims.get(fellow, 0)
-                if claim > top:
-                    top = claim
+                top = max(top, claim)
         return top
 
     def __getitem__(self, shard: int) -> int:
