@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--config", required=True, type=Path, help="cluster file (TOML)")
     serve.add_argument(
-        "--shard",
+        "--shard", type=_shard_arg,
         help="the shard (leader and follower roles); with workers, SHARD.WORKER (e.g. 1.0), "
         "or the unit number SHARD * workers + WORKER",
     )
@@ -295,14 +295,27 @@ def _config(path: Path):  # type: ignore[no-untyped-def]
         raise SystemExit(f"meridian: {exc}") from None
 
 
-def _unit(config: ClusterConfig, text: str) -> int:
-    """``--shard``: a number (a unit, with workers), or SHARD.WORKER."""
-    try:
-        if "." not in text:
+def _shard_arg(text: str) -> int | str:
+    """``--shard``: a number (with workers, a unit), or SHARD.WORKER (resolved by ``_unit``
+    once the cluster file is read)."""
+    if "." in text:
+        parts = text.split(".")
+        if len(parts) == 2 and all(part.isdigit() for part in parts):
+            return text
+    else:
+        try:
             return int(text)
-        shard, worker = (int(part) for part in text.split("."))
-    except ValueError:
-        raise SystemExit(f"meridian: --shard takes a number or SHARD.WORKER, not {text!r}") from None
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"a number or SHARD.WORKER, not {text!r}")
+
+
+def _unit(config: ClusterConfig, value: int | str) -> int:
+    """A ``--shard`` value as a unit: SHARD.WORKER is shard * workers + worker."""
+    if isinstance(value, int):
+        return value
+    shard, worker = (int(part) for part in value.split("."))
+    text = value
     if not 0 <= worker < config.workers or not 0 <= shard < config.shard_count:
         raise SystemExit(
             f"meridian: the cluster has no worker {text} ({config.shard_count} shard(s) of "
