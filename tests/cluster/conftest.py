@@ -20,12 +20,14 @@ PROCEDURES = ["store.sim.workloads:register_bank", "tests.cluster.procedures:reg
 
 
 def write_cluster_file(
-    directory: Path, shards: int = 2, procedures: list[str] = PROCEDURES, **settings: int
+    directory: Path, shards: int = 2, procedures: list[str] = PROCEDURES, workers: int = 1,
+    **settings: int,
 ) -> Path:
     base = next(_ports)
     lines = [
         "[cluster]",
         'name = "test"',
+        f"workers = {workers}",
         f'run_dir = "{directory / "run"}"',
         f'python_path = ["{REPO}"]',
         "procedures = [" + ", ".join(f'"{p}"' for p in procedures) + "]",

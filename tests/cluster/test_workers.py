@@ -5,8 +5,6 @@ vector-clock entry, and the status shows each worker."""
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,32 +13,12 @@ import pytest
 from store import config as config_module
 from store.client import Client
 from store.node.up import ProcessCluster, format_status
-from tests.cluster.conftest import PROCEDURES, bank_is_clean, list_append_is_clean, run
-from tests.conftest import REPO
-
-_ports = itertools.count(19000 + (os.getpid() % 100) * 40, 40)
-
-
-def workers_cluster_file(directory: Path, shards: int, workers: int) -> Path:
-    base = next(_ports)
-    lines = [
-        "[cluster]", 'name = "workers"', f'run_dir = "{directory / "run"}"',
-        f'python_path = ["{REPO}"]', f"workers = {workers}",
-        "procedures = [" + ", ".join(f'"{p}"' for p in PROCEDURES) + "]",
-        "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 10",
-        "[client]", "timeout_s = 3.0",
-        "[[regions]]", 'name = "us"',
-    ]
-    for shard in range(shards):
-        lines += ["[[shards]]", f'leader = "127.0.0.1:{base + shard}"']
-    path = directory / "cluster.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.cluster.conftest import bank_is_clean, list_append_is_clean, run, write_cluster_file
 
 
 @pytest.fixture
 def workers_cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(config_module.load(workers_cluster_file(tmp_path, 1, 2)))
+    cluster = ProcessCluster(config_module.load(write_cluster_file(tmp_path, shards=1, workers=2)))
     cluster.start()
     try:
         cluster.wait_ready()
@@ -84,7 +62,7 @@ def test_transactions_across_the_workers_of_a_shard_commit_with_one_clock_entry(
 
 
 def test_list_append_and_bank_over_two_shards_of_two_workers(tmp_path: Path) -> None:
-    config = config_module.load(workers_cluster_file(tmp_path, 2, 2))
+    config = config_module.load(write_cluster_file(tmp_path, shards=2, workers=2))
     cluster = ProcessCluster(config)
     cluster.start()
     try:
