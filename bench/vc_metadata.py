@@ -35,9 +35,9 @@ requests a coordinator sent again:
 * **protobuf** (``store/proto/convert.py``): every ``ReplicationBatch`` a shard leader or
   follower puts on the stream between regions is parsed and serialized again with the
   dependency clocks emptied: each transaction record's clock (``record[2]`` of the msgpack
-  record in ``Entry.records``) and each entry's batch clock (``Entry.vc``, the max of its
-  records' clocks). Counted on every link: the leader's stream to each of its two
-  followers carries every record, so a record's clock counts twice. 0 in one region.
+  record in ``Entry.records``; entries carry no batch clock of their own). Counted on every
+  link: the leader's stream to each of its two followers carries every record, so a
+  record's clock counts twice. 0 in one region.
 
 JSON keys (``--json`` prints ``{"rows": [...]}``, one row per shard count and topology):
 
@@ -49,10 +49,8 @@ JSON keys (``--json`` prints ``{"rows": [...]}``, one row per shard count and to
   field emptied alone (each clock is an element of its own msgpack array, so the fields
   add up to the total);
 * ``{sparse,unsparse}_stream_clock_bytes``: the dependency clocks' share of the replication
-  batches (records' clocks and ``Entry.vc``), bytes per certified transaction;
-  ``..._stream_record_clock_bytes`` and ``..._stream_entry_vc_bytes`` split it (taken
-  out one after the other, so a shorter length prefix is counted in the first);
-  ``..._stream_bytes``: the whole batches of the shard streams (context);
+  batches (the records' clocks), bytes per certified transaction; ``..._stream_bytes``: the
+  whole batches of the shard streams (context);
 * ``{sparse,unsparse}_watermark_bytes``: NOT dependency metadata, shown for context: the
   vector watermarks sent per transaction (``Entry.vw`` on the stream, ``Gossip`` messages,
   ``SnapshotReply.vw``), measured the same way, and ``..._watermark_bytes_by_field``.
@@ -217,7 +215,6 @@ class WireMeter:
         self.msgpack_clocks = 0
         self.by_field: Counter[str] = Counter()
         self.stream_bytes = 0
-        self.stream_entry_vc = 0
         self.stream_record_clocks = 0
         self.stream_vw = 0
         self.undecodable = 0
@@ -290,17 +287,13 @@ class WireMeter:
         if not entries:
             return
         for entry in entries:
-            del entry.vc[:]
-        without_vc = batch.ByteSize()
-        for entry in entries:
             records = [_record_without_clock(record) for record in entry.records]
             del entry.records[:]
             entry.records.extend(records)
         without_clocks = batch.ByteSize()
         for entry in entries:
             del entry.vw[:]
-        self.stream_entry_vc += full - without_vc
-        self.stream_record_clocks += without_vc - without_clocks
+        self.stream_record_clocks += full - without_clocks
         self.stream_vw += without_clocks - batch.ByteSize()
 
     def wrap_stream(self, network: Network, sources: set[str]) -> None:
@@ -328,9 +321,7 @@ class WireMeter:
             "msgpack_bytes": per(self.msgpack_bytes),
             "msgpack_clocks": per(self.msgpack_clocks),
             "msgpack_clock_bytes_by_field": {k: per(v) for k, v in sorted(dependency.items())},
-            "stream_clock_bytes": per(self.stream_record_clocks + self.stream_entry_vc),
-            "stream_record_clock_bytes": per(self.stream_record_clocks),
-            "stream_entry_vc_bytes": per(self.stream_entry_vc),
+            "stream_clock_bytes": per(self.stream_record_clocks),
             "stream_bytes": per(self.stream_bytes),
             "watermark_bytes": per(watermark + self.stream_vw),
             "watermark_bytes_by_field": {

@@ -26,7 +26,6 @@ BATCH = Entry(
     EntryKind.BATCH,
     [["put", "k", 1], {"nested": [1, b"x"]}, None],
     [3, 5, 8],
-    VectorClock({0: 8, 2: 1}),
     8,
     VectorClock({0: 7, 1: 4}),
 )

@@ -57,7 +57,6 @@ from store.core.paxos import (
 from store.core.paxos import Accept as PaxosAccept
 from store.core.ready import Ready
 from store.core.settings import DEFAULT_SETTINGS, Settings
-from store.core.vclock import EMPTY
 from store.protocol.cluster_map import ClusterMap
 from store.protocol.messages import (
     FOLLOWER,
@@ -255,7 +254,7 @@ class ConfigMember:
         self._proposed.add(key)
         counter = self._next_counter
         self._next_counter += 1
-        stream.append(now_ns, command, counter, EMPTY)
+        stream.append(now_ns, command, counter)
         return True
 
     def _settled(self, proposal: tuple[Any, ...]) -> bool:

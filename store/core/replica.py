@@ -440,6 +440,24 @@ class ShardLeader:
             return self.watermark.watermark
         return self._durable_mark
 
+    def reply_watermark(self) -> int:
+        """The watermark a reply to another leader carries. One worker: this shard's. Several:
+        the shard's entry as this worker knows it (the minimum of its own claim and its
+        fellows' claims, read from the shared counter at every step), which vouches for every
+        worker of the shard (``_learn_reply``): a coordinator hearing from one worker of a
+        shard then knows the shard's watermark as freshly as the worker does, instead of
+        waiting for the other workers' gossip to raise their claims too."""
+        own = self.durable_watermark()
+        workers = self.workers
+        if workers == 1:
+            return own
+        claims = self.vw.claims
+        first = self.clock * workers
+        for fellow in range(first, first + workers):
+            if fellow != self.shard:
+                own = min(own, claims.get(fellow, 0))
+        return own
+
     def accepts_more(self) -> bool:
         """False while the replication stream holds too many records not yet in a slot."""
         return self.stream is None or self.stream.can_append()
@@ -470,7 +488,7 @@ class ShardLeader:
             self._speculative.setdefault(self.epoch, []).append((txn_id, vc, keys))
         if self.stream is not None:
             record = [txn_id, [[key, value, deleted] for key, value, deleted in writes], vc.to_wire()]
-            self.stream.append(self._now_ns, record, counter, vc)
+            self.stream.append(self._now_ns, record, counter)
         # Settled for the appended watermark; durable once the stream's entry is chosen
         # (without followers, at once: the coordinator may then answer COMMITTED in the
         # same step).
@@ -747,6 +765,17 @@ class ShardLeader:
         if self.vw.learn(unit, watermark):
             self.waits.release(unit // self.workers)
 
+    def _learn_reply(self, unit: int, watermark: int) -> None:
+        """What a reply from ``unit`` carries (``reply_watermark``): its shard's watermark."""
+        workers = self.workers
+        if workers == 1:
+            if self.vw.learn(unit, watermark):
+                self.waits.release(unit)
+            return
+        shard = unit // workers
+        if self.vw.learn_clocks({shard: watermark}):
+            self.waits.release(shard)
+
     # ---- handlers ------------------------------------------------------------------------
 
     def _on_submit(self, now_ns: int, src: str, message: Message) -> None:
@@ -780,14 +809,14 @@ class ShardLeader:
                     self.shard,
                     participant.read(message.keys),
                     participant.scan_many(message.scans),
-                    self.durable_watermark(),
+                    self.reply_watermark(),
                 ),
             )
         )
 
     def _on_read_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, ReadReply)
-        self._learn(message.shard, message.watermark)
+        self._learn_reply(message.shard, message.watermark)
         self.coordinator.on_read_reply(now_ns, message)
 
     def _on_lock_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -795,12 +824,12 @@ class ShardLeader:
         ok, counter, deps = self.participant.lock(
             message.txn_id, message.keys, message.epoch, now_ns
         )
-        reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.durable_watermark())
+        reply = LockReply(message.txn_id, self.shard, ok, counter, deps, self.reply_watermark())
         self._outbox.append((src, reply))
 
     def _on_lock_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, LockReply)
-        self._learn(message.shard, message.watermark)
+        self._learn_reply(message.shard, message.watermark)
         self.coordinator.on_lock_reply(now_ns, message)
 
     def _on_validate_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -808,12 +837,12 @@ class ShardLeader:
         ok = self.participant.validate(
             message.txn_id, message.reads, message.scans, message.vc, message.epoch
         )
-        reply = ValidateReply(message.txn_id, self.shard, ok, self.durable_watermark())
+        reply = ValidateReply(message.txn_id, self.shard, ok, self.reply_watermark())
         self._outbox.append((src, reply))
 
     def _on_validate_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, ValidateReply)
-        self._learn(message.shard, message.watermark)
+        self._learn_reply(message.shard, message.watermark)
         self.coordinator.on_validate_reply(now_ns, message)
 
     def _on_install_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -821,12 +850,12 @@ class ShardLeader:
         if self.vw.learn_clocks(dict(message.durable.items())):
             self.waits.release()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
-        reply = InstallReply(message.txn_id, self.shard, self.durable_watermark())
+        reply = InstallReply(message.txn_id, self.shard, self.reply_watermark())
         self._outbox.append((src, reply))
 
     def _on_install_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, InstallReply)
-        self._learn(message.shard, message.watermark)
+        self._learn_reply(message.shard, message.watermark)
         self.coordinator.on_install_reply(message)
 
     def _on_abort_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -845,11 +874,11 @@ class ShardLeader:
             message.epoch,
         )
         if clocks is None:
-            reply = SoloReply(message.txn_id, self.shard, False, EMPTY, self.durable_watermark(), EMPTY)
+            reply = SoloReply(message.txn_id, self.shard, False, EMPTY, self.reply_watermark(), EMPTY)
         else:
             vc, full = clocks
             durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
-            reply = SoloReply(message.txn_id, self.shard, True, vc, self.durable_watermark(), durable)
+            reply = SoloReply(message.txn_id, self.shard, True, vc, self.reply_watermark(), durable)
         self._outbox.append((src, reply))
 
     def _on_prepare_request(self, now_ns: int, src: str, message: Message) -> None:
@@ -864,19 +893,19 @@ class ShardLeader:
             message.txn_id, message.reads, message.locks, message.base, message.epoch
         )
         reply = PrepareReply(
-            message.txn_id, self.shard, status, counter, items, deps, self.durable_watermark()
+            message.txn_id, self.shard, status, counter, items, deps, self.reply_watermark()
         )
         self._outbox.append((src, reply))
 
     def _on_prepare_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, PrepareReply)
         if message.status != PREPARE_REFUSED:
-            self._learn(message.shard, message.watermark)
+            self._learn_reply(message.shard, message.watermark)
         self.coordinator.on_prepare_reply(now_ns, message)
 
     def _on_solo_reply(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, SoloReply)
-        self._learn(message.shard, message.watermark)
+        self._learn_reply(message.shard, message.watermark)
         if self.vw.learn_clocks(dict(message.durable.items())):
             self.waits.release()
         self.coordinator.on_solo_reply(now_ns, message)

@@ -77,10 +77,6 @@ def _fill_entry_pb(out: Any, entry: Entry) -> None:
     out.kind = int(entry.kind)
     out.records.extend(_packb(record) for record in entry.records)
     out.counters.extend(entry.counters)
-    for shard, counter in sorted(entry.vc.items()):
-        item = out.vc.add()
-        item.shard = shard
-        item.counter = counter
     out.watermark = entry.watermark
     for shard, counter in sorted(entry.vw.items()):
         item = out.vw.add()
@@ -181,10 +177,7 @@ def _entry(value: Any) -> Entry:
             records.append(msgpack.unpackb(raw, strict_map_key=False, **UNPACK))
         except Exception as exc:  # garbage of any shape means one thing
             raise _bad(f"record is not msgpack ({type(exc).__name__})") from None
-    return Entry(
-        kind, records, list(value.counters), _clock(value.vc), value.watermark, _clock(value.vw),
-        value.epoch,
-    )
+    return Entry(kind, records, list(value.counters), value.watermark, _clock(value.vw), value.epoch)
 
 
 def _clock(items: Any) -> VectorClock:

@@ -24,43 +24,43 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dstore/proto/replication.proto\x12\x17meridian.replication.v1\"\'\n\x06\x42\x61llot\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x0e\n\x06leader\x18\x02 \x01(\t\",\n\nClockEntry\x12\r\n\x05shard\x18\x01 \x01(\r\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x04\"\xe0\x01\n\x05\x45ntry\x12\x30\n\x04kind\x18\x01 \x01(\x0e\x32\".meridian.replication.v1.EntryKind\x12\x0f\n\x07records\x18\x02 \x03(\x0c\x12\x10\n\x08\x63ounters\x18\x03 \x03(\x04\x12/\n\x02vc\x18\x04 \x03(\x0b\x32#.meridian.replication.v1.ClockEntry\x12\x11\n\twatermark\x18\x05 \x01(\x04\x12/\n\x02vw\x18\x06 \x03(\x0b\x32#.meridian.replication.v1.ClockEntry\x12\r\n\x05\x65poch\x18\x07 \x01(\x04\"]\n\x07Prepare\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x11\n\tfrom_slot\x18\x03 \x01(\x04\"}\n\rAcceptedEntry\x12\x0c\n\x04slot\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12-\n\x05\x65ntry\x18\x03 \x01(\x0b\x32\x1e.meridian.replication.v1.Entry\"\xa9\x01\n\x07Promise\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x11\n\tfrom_slot\x18\x03 \x01(\x04\x12\x38\n\x08\x61\x63\x63\x65pted\x18\x04 \x03(\x0b\x32&.meridian.replication.v1.AcceptedEntry\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\"\x9e\x01\n\x06\x41\x63\x63\x65pt\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x0c\n\x04slot\x18\x03 \x01(\x04\x12-\n\x05\x65ntry\x18\x04 \x01(\x0b\x32\x1e.meridian.replication.v1.Entry\x12\x16\n\x0e\x63hosen_through\x18\x05 \x01(\x04\"Y\n\x08\x41\x63\x63\x65pted\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x0c\n\x04slot\x18\x03 \x01(\x04\"|\n\x06Reject\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x31\n\x08promised\x18\x03 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\"a\n\x06\x43ommit\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x16\n\x0e\x63hosen_through\x18\x03 \x01(\x04\";\n\x05\x46\x65tch\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12\x11\n\tfrom_slot\x18\x02 \x01(\x04\x12\x0f\n\x07to_slot\x18\x03 \x01(\x04\"]\n\x06\x43hosen\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12\x12\n\nfirst_slot\x18\x02 \x01(\x04\x12/\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1e.meridian.replication.v1.Entry\"\xba\x03\n\x12ReplicationMessage\x12\x33\n\x07prepare\x18\x01 \x01(\x0b\x32 .meridian.replication.v1.PrepareH\x00\x12\x33\n\x07promise\x18\x02 \x01(\x0b\x32 .meridian.replication.v1.PromiseH\x00\x12\x31\n\x06\x61\x63\x63\x65pt\x18\x03 \x01(\x0b\x32\x1f.meridian.replication.v1.AcceptH\x00\x12\x35\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x0b\x32!.meridian.replication.v1.AcceptedH\x00\x12\x31\n\x06reject\x18\x05 \x01(\x0b\x32\x1f.meridian.replication.v1.RejectH\x00\x12\x31\n\x06\x63ommit\x18\x06 \x01(\x0b\x32\x1f.meridian.replication.v1.CommitH\x00\x12/\n\x05\x66\x65tch\x18\x07 \x01(\x0b\x32\x1e.meridian.replication.v1.FetchH\x00\x12\x31\n\x06\x63hosen\x18\x08 \x01(\x0b\x32\x1f.meridian.replication.v1.ChosenH\x00\x42\x06\n\x04\x62ody\"^\n\x10ReplicationBatch\x12\x0b\n\x03src\x18\x01 \x01(\t\x12=\n\x08messages\x18\x02 \x03(\x0b\x32+.meridian.replication.v1.ReplicationMessage*J\n\tEntryKind\x12\x14\n\x10\x45NTRY_KIND_BATCH\x10\x00\x12\x13\n\x0f\x45NTRY_KIND_NOOP\x10\x01\x12\x12\n\x0e\x45NTRY_KIND_INF\x10\x02\x32t\n\x0bReplication\x12\x65\n\tReplicate\x12).meridian.replication.v1.ReplicationBatch\x1a).meridian.replication.v1.ReplicationBatch(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dstore/proto/replication.proto\x12\x17meridian.replication.v1\"\'\n\x06\x42\x61llot\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x0e\n\x06leader\x18\x02 \x01(\t\",\n\nClockEntry\x12\r\n\x05shard\x18\x01 \x01(\r\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x04\"\xb9\x01\n\x05\x45ntry\x12\x30\n\x04kind\x18\x01 \x01(\x0e\x32\".meridian.replication.v1.EntryKind\x12\x0f\n\x07records\x18\x02 \x03(\x0c\x12\x10\n\x08\x63ounters\x18\x03 \x03(\x04\x12\x11\n\twatermark\x18\x05 \x01(\x04\x12/\n\x02vw\x18\x06 \x03(\x0b\x32#.meridian.replication.v1.ClockEntry\x12\r\n\x05\x65poch\x18\x07 \x01(\x04J\x04\x08\x04\x10\x05R\x02vc\"]\n\x07Prepare\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x11\n\tfrom_slot\x18\x03 \x01(\x04\"}\n\rAcceptedEntry\x12\x0c\n\x04slot\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12-\n\x05\x65ntry\x18\x03 \x01(\x0b\x32\x1e.meridian.replication.v1.Entry\"\xa9\x01\n\x07Promise\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x11\n\tfrom_slot\x18\x03 \x01(\x04\x12\x38\n\x08\x61\x63\x63\x65pted\x18\x04 \x03(\x0b\x32&.meridian.replication.v1.AcceptedEntry\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\"\x9e\x01\n\x06\x41\x63\x63\x65pt\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x0c\n\x04slot\x18\x03 \x01(\x04\x12-\n\x05\x65ntry\x18\x04 \x01(\x0b\x32\x1e.meridian.replication.v1.Entry\x12\x16\n\x0e\x63hosen_through\x18\x05 \x01(\x04\"Y\n\x08\x41\x63\x63\x65pted\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x0c\n\x04slot\x18\x03 \x01(\x04\"|\n\x06Reject\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x31\n\x08promised\x18\x03 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\"a\n\x06\x43ommit\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12/\n\x06\x62\x61llot\x18\x02 \x01(\x0b\x32\x1f.meridian.replication.v1.Ballot\x12\x16\n\x0e\x63hosen_through\x18\x03 \x01(\x04\";\n\x05\x46\x65tch\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12\x11\n\tfrom_slot\x18\x02 \x01(\x04\x12\x0f\n\x07to_slot\x18\x03 \x01(\x04\"]\n\x06\x43hosen\x12\x0e\n\x06stream\x18\x01 \x01(\x04\x12\x12\n\nfirst_slot\x18\x02 \x01(\x04\x12/\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1e.meridian.replication.v1.Entry\"\xba\x03\n\x12ReplicationMessage\x12\x33\n\x07prepare\x18\x01 \x01(\x0b\x32 .meridian.replication.v1.PrepareH\x00\x12\x33\n\x07promise\x18\x02 \x01(\x0b\x32 .meridian.replication.v1.PromiseH\x00\x12\x31\n\x06\x61\x63\x63\x65pt\x18\x03 \x01(\x0b\x32\x1f.meridian.replication.v1.AcceptH\x00\x12\x35\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x0b\x32!.meridian.replication.v1.AcceptedH\x00\x12\x31\n\x06reject\x18\x05 \x01(\x0b\x32\x1f.meridian.replication.v1.RejectH\x00\x12\x31\n\x06\x63ommit\x18\x06 \x01(\x0b\x32\x1f.meridian.replication.v1.CommitH\x00\x12/\n\x05\x66\x65tch\x18\x07 \x01(\x0b\x32\x1e.meridian.replication.v1.FetchH\x00\x12\x31\n\x06\x63hosen\x18\x08 \x01(\x0b\x32\x1f.meridian.replication.v1.ChosenH\x00\x42\x06\n\x04\x62ody\"^\n\x10ReplicationBatch\x12\x0b\n\x03src\x18\x01 \x01(\t\x12=\n\x08messages\x18\x02 \x03(\x0b\x32+.meridian.replication.v1.ReplicationMessage*J\n\tEntryKind\x12\x14\n\x10\x45NTRY_KIND_BATCH\x10\x00\x12\x13\n\x0f\x45NTRY_KIND_NOOP\x10\x01\x12\x12\n\x0e\x45NTRY_KIND_INF\x10\x02\x32t\n\x0bReplication\x12\x65\n\tReplicate\x12).meridian.replication.v1.ReplicationBatch\x1a).meridian.replication.v1.ReplicationBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'store.proto.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENTRYKIND']._serialized_start=1940
-  _globals['_ENTRYKIND']._serialized_end=2014
+  _globals['_ENTRYKIND']._serialized_start=1901
+  _globals['_ENTRYKIND']._serialized_end=1975
   _globals['_BALLOT']._serialized_start=58
   _globals['_BALLOT']._serialized_end=97
   _globals['_CLOCKENTRY']._serialized_start=99
   _globals['_CLOCKENTRY']._serialized_end=143
   _globals['_ENTRY']._serialized_start=146
-  _globals['_ENTRY']._serialized_end=370
-  _globals['_PREPARE']._serialized_start=372
-  _globals['_PREPARE']._serialized_end=465
-  _globals['_ACCEPTEDENTRY']._serialized_start=467
-  _globals['_ACCEPTEDENTRY']._serialized_end=592
-  _globals['_PROMISE']._serialized_start=595
-  _globals['_PROMISE']._serialized_end=764
-  _globals['_ACCEPT']._serialized_start=767
-  _globals['_ACCEPT']._serialized_end=925
-  _globals['_ACCEPTED']._serialized_start=927
-  _globals['_ACCEPTED']._serialized_end=1016
-  _globals['_REJECT']._serialized_start=1018
-  _globals['_REJECT']._serialized_end=1142
-  _globals['_COMMIT']._serialized_start=1144
-  _globals['_COMMIT']._serialized_end=1241
-  _globals['_FETCH']._serialized_start=1243
-  _globals['_FETCH']._serialized_end=1302
-  _globals['_CHOSEN']._serialized_start=1304
-  _globals['_CHOSEN']._serialized_end=1397
-  _globals['_REPLICATIONMESSAGE']._serialized_start=1400
-  _globals['_REPLICATIONMESSAGE']._serialized_end=1842
-  _globals['_REPLICATIONBATCH']._serialized_start=1844
-  _globals['_REPLICATIONBATCH']._serialized_end=1938
-  _globals['_REPLICATION']._serialized_start=2016
-  _globals['_REPLICATION']._serialized_end=2132
+  _globals['_ENTRY']._serialized_end=331
+  _globals['_PREPARE']._serialized_start=333
+  _globals['_PREPARE']._serialized_end=426
+  _globals['_ACCEPTEDENTRY']._serialized_start=428
+  _globals['_ACCEPTEDENTRY']._serialized_end=553
+  _globals['_PROMISE']._serialized_start=556
+  _globals['_PROMISE']._serialized_end=725
+  _globals['_ACCEPT']._serialized_start=728
+  _globals['_ACCEPT']._serialized_end=886
+  _globals['_ACCEPTED']._serialized_start=888
+  _globals['_ACCEPTED']._serialized_end=977
+  _globals['_REJECT']._serialized_start=979
+  _globals['_REJECT']._serialized_end=1103
+  _globals['_COMMIT']._serialized_start=1105
+  _globals['_COMMIT']._serialized_end=1202
+  _globals['_FETCH']._serialized_start=1204
+  _globals['_FETCH']._serialized_end=1263
+  _globals['_CHOSEN']._serialized_start=1265
+  _globals['_CHOSEN']._serialized_end=1358
+  _globals['_REPLICATIONMESSAGE']._serialized_start=1361
+  _globals['_REPLICATIONMESSAGE']._serialized_end=1803
+  _globals['_REPLICATIONBATCH']._serialized_start=1805
+  _globals['_REPLICATIONBATCH']._serialized_end=1899
+  _globals['_REPLICATION']._serialized_start=1977
+  _globals['_REPLICATION']._serialized_end=2093
 # @@protoc_insertion_point(module_scope)

@@ -33,22 +33,20 @@ class ClockEntry(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., counter: _Optional[int] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("kind", "records", "counters", "vc", "watermark", "vw", "epoch")
+    __slots__ = ("kind", "records", "counters", "watermark", "vw", "epoch")
     KIND_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
-    VC_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_FIELD_NUMBER: _ClassVar[int]
     VW_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     kind: EntryKind
     records: _containers.RepeatedScalarFieldContainer[bytes]
     counters: _containers.RepeatedScalarFieldContainer[int]
-    vc: _containers.RepeatedCompositeFieldContainer[ClockEntry]
     watermark: int
     vw: _containers.RepeatedCompositeFieldContainer[ClockEntry]
     epoch: int
-    def __init__(self, kind: _Optional[_Union[EntryKind, str]] = ..., records: _Optional[_Iterable[bytes]] = ..., counters: _Optional[_Iterable[int]] = ..., vc: _Optional[_Iterable[_Union[ClockEntry, _Mapping]]] = ..., watermark: _Optional[int] = ..., vw: _Optional[_Iterable[_Union[ClockEntry, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, kind: _Optional[_Union[EntryKind, str]] = ..., records: _Optional[_Iterable[bytes]] = ..., counters: _Optional[_Iterable[int]] = ..., watermark: _Optional[int] = ..., vw: _Optional[_Iterable[_Union[ClockEntry, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Prepare(_message.Message):
     __slots__ = ("stream", "ballot", "from_slot")

@@ -46,12 +46,11 @@ def test_read_items_clocks_count_and_gossip_is_watermark_only() -> None:
     assert meter.per_txn()["watermark_bytes"] > 0
 
 
-def test_stream_share_is_records_clocks_and_entry_clock() -> None:
+def test_stream_share_is_the_records_clocks() -> None:
     clocks = [VectorClock({0: 4, 5: 900}), VectorClock({0: 5})]
     records = [[10 + i, [["k/1", i, False]], vc.to_wire()] for i, vc in enumerate(clocks)]
-    vc = clocks[0].merge(clocks[1])
     vw = VectorClock({0: 3, 5: 800})
-    entry = Entry(EntryKind.BATCH, records, [4, 5], vc, 3, vw, 0)
+    entry = Entry(EntryKind.BATCH, records, [4, 5], 3, vw, 0)
     data = to_batch("leader/0", [Accept(0, Ballot(1, "leader/0"), 0, entry, 0)]).SerializeToString()
     meter = WireMeter()
     meter.active = True
@@ -59,11 +58,8 @@ def test_stream_share_is_records_clocks_and_entry_clock() -> None:
     meter.batch(data)
     result = meter.per_txn()
     # Small enough that no length prefix changes size: the shares are exact.
-    assert result["stream_record_clock_bytes"] == sum(clock_bytes(c) for c in clocks)
-    assert result["stream_entry_vc_bytes"] > 0 and result["watermark_bytes"] > 0
-    assert result["stream_clock_bytes"] == (
-        result["stream_record_clock_bytes"] + result["stream_entry_vc_bytes"]
-    )
+    assert result["stream_clock_bytes"] == sum(clock_bytes(c) for c in clocks)
+    assert result["watermark_bytes"] > 0
     assert result["stream_bytes"] == len(data)
 
 
@@ -79,4 +75,4 @@ def test_a_small_run_in_one_and_three_regions() -> None:
         assert r["dense_bytes_per_clock"] == 32
     assert three["sparse_stream_clock_bytes"] > 0
     assert three["sparse_stream_clock_bytes"] <= three["unsparse_stream_clock_bytes"]
-    assert three["sparse_stream_record_clock_bytes"] > 0
+    assert three["sparse_stream_clock_bytes"] > 0

@@ -44,8 +44,7 @@ PEERS = ["eu", "ap"]
 
 
 def batch(*counters: int, watermark: int = 0) -> Entry:
-    return Entry(EntryKind.BATCH, [[f"t{c}"] for c in counters], list(counters),
-                 VectorClock({0: max(counters, default=0)}), watermark)
+    return Entry(EntryKind.BATCH, [[f"t{c}"] for c in counters], list(counters), watermark)
 
 
 def settings(**overrides: Any) -> StreamSettings:
@@ -128,7 +127,7 @@ def test_fresh_leader_runs_phase1_then_proposes_batches() -> None:
     out = leader.ready().messages
     assert out == [("eu", Prepare(S, B1, 0)), ("ap", Prepare(S, B1, 0))]
     for counter in (1, 2, 3, 4):
-        leader.append(0, [f"t{counter}"], counter, VectorClock({0: counter}))
+        leader.append(0, [f"t{counter}"], counter)
     assert accepts(leader.ready().messages) == []  # held until phase 1 completes
     leader.handle(0, "eu", Promise(S, B1, 0, [], True))
     assert leader.phase is Phase.LEADING  # us + eu are a majority of three regions
@@ -137,7 +136,6 @@ def test_fresh_leader_runs_phase1_then_proposes_batches() -> None:
     entry = sent[0][1].entry
     assert entry.counters == (1, 2, 3)
     assert entry.counter_max == 3
-    assert entry.vc == VectorClock({0: 3})
 
 
 def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_delay() -> None:
@@ -147,8 +145,8 @@ def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_dela
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_delay_ns=2 * MS))
     promise_all(leader)
     leader.ready()
-    leader.append(10, ["a"], 1, VectorClock({0: 1}))
-    leader.append(10, ["b"], 2, VectorClock({0: 2}))  # the same step
+    leader.append(10, ["a"], 1)
+    leader.append(10, ["b"], 2)  # the same step
     ready = leader.ready()
     assert accepts(ready.messages) == []  # not within the step
     assert ready.wake_at == 11
@@ -156,8 +154,8 @@ def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_dela
     [(_, accept), _] = accepts(leader.ready().messages)
     assert accept.entry.records == (["a"], ["b"])
     # Busy now: the next batch waits until batch_delay_ns after that one closed.
-    leader.append(20, ["c"], 3, VectorClock({0: 3}))
-    leader.append(30, ["d"], 4, VectorClock({0: 4}))
+    leader.append(20, ["c"], 3)
+    leader.append(30, ["d"], 4)
     ready = leader.ready()
     assert accepts(ready.messages) == [] and ready.wake_at == 11 + 2 * MS
     leader.tick(11 + 2 * MS - 1)
@@ -171,7 +169,7 @@ def test_a_slot_is_chosen_by_a_majority_and_reported_in_slot_order() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
     promise_all(leader)
     for counter in (1, 2, 3):
-        leader.append(0, [counter], counter, VectorClock({0: counter}))
+        leader.append(0, [counter], counter)
     leader.ready()
     leader.handle(1, "eu", Accepted(S, B1, 2))
     leader.handle(1, "eu", Accepted(S, B1, 1))
@@ -188,7 +186,7 @@ def test_pipeline_is_bounded_by_slots_in_flight_max() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1, slots_in_flight_max=2))
     promise_all(leader)
     for counter in range(1, 6):
-        leader.append(0, [counter], counter, VectorClock())
+        leader.append(0, [counter], counter)
     assert sorted({m.slot for _, m in accepts(leader.ready().messages)}) == [0, 1]
     leader.handle(1, "eu", Accepted(S, B1, 0))
     assert sorted({m.slot for _, m in accepts(leader.ready().messages)}) == [2]
@@ -199,7 +197,7 @@ def test_can_append_says_no_past_pending_records_max() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(pending_records_max=3))
     for counter in (1, 2, 3):
         assert leader.can_append()
-        leader.append(0, [counter], counter, VectorClock())
+        leader.append(0, [counter], counter)
     assert not leader.can_append()
 
 
@@ -210,7 +208,7 @@ def test_unacknowledged_accepts_are_retransmitted_to_silent_acceptors_only() -> 
                                    heartbeat_idle_interval_ns=10**12))
     for peer in leader.peers:
         leader.handle(0, peer, Promise(S, B1, 0, [], True))
-    leader.append(0, ["x"], 1, VectorClock())
+    leader.append(0, ["x"], 1)
     leader.ready()
     leader.handle(1, "eu", Accepted(S, B1, 0))  # us + eu: 2 of 5, not a majority
     assert leader.ready().wake_at == 100 * MS
@@ -261,23 +259,23 @@ def test_a_heartbeat_with_nothing_new_waits_the_idle_interval() -> None:
 def test_counters_in_order_makes_each_counter_the_stream_watermark() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=2), counters_in_order=True)
     promise_all(leader)
-    leader.append(0, ["a"], 4, VectorClock())
-    leader.append(0, ["b"], 9, VectorClock())
+    leader.append(0, ["a"], 4)
+    leader.append(0, ["b"], 9)
     [(_, accept), _] = accepts(leader.ready().messages)
     assert accept.entry.watermark == 9
     with pytest.raises(AssertionError):
-        leader.append(0, ["c"], 8, VectorClock())
+        leader.append(0, ["c"], 8)
 
 
 def test_commit_index_is_piggybacked_or_announced() -> None:
     leader = StreamLeader(S, "us", PEERS, B1,
                           settings(batch_size_max=1, commit_announce_delay_ns=MS))
     promise_all(leader)
-    leader.append(0, ["a"], 1, VectorClock())
+    leader.append(0, ["a"], 1)
     leader.ready()
     leader.handle(10, "eu", Accepted(S, B1, 0))
     assert leader.ready().wake_at == 10 + MS
-    leader.append(20, ["b"], 2, VectorClock())  # this Accept carries chosen_through=1
+    leader.append(20, ["b"], 2)  # this Accept carries chosen_through=1
     assert {m.chosen_through for _, m in accepts(leader.ready().messages)} == {1}
     leader.tick(10 + MS)
     assert not [m for _, m in leader.ready().messages if isinstance(m, Commit)]
@@ -291,7 +289,7 @@ def test_leader_serves_fetch_from_its_chosen_log() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
     promise_all(leader)
     for counter in (1, 2, 3):
-        leader.append(0, [counter], counter, VectorClock())
+        leader.append(0, [counter], counter)
     leader.ready()
     for slot in (0, 1):
         leader.handle(1, "eu", Accepted(S, B1, slot))
@@ -313,7 +311,7 @@ def test_reject_with_higher_ballot_deposes_the_leader() -> None:
     leader.handle(0, "eu", Reject(S, B1, B2))
     assert leader.phase is Phase.DEPOSED
     assert leader.deposed_by == B2
-    leader.append(1, ["late"], 1, VectorClock())
+    leader.append(1, ["late"], 1)
     leader.tick(10**12)
     assert leader.ready().messages == []
 
@@ -342,7 +340,7 @@ def test_takeover_reproposes_highest_ballot_values_and_fills_holes_with_noops() 
     proposed = {m.slot: m.entry for _, m in accepts(leader.ready().messages)}
     assert proposed == {1: batch(1), 2: NOOP, 3: batch(31)}
     assert leader.noops_proposed == 1
-    leader.append(6, ["new"], 40, VectorClock())
+    leader.append(6, ["new"], 40)
     leader.append_inf(6)
     after = {m.slot: m.entry for _, m in accepts(leader.ready().messages)}
     assert after[4].records == (["new"],)
@@ -443,7 +441,7 @@ def test_follower_routes_accept_to_acceptor_and_learner() -> None:
 
 def test_an_acceptor_hands_out_every_change_of_its_state_to_persist() -> None:
     acceptor = Acceptor(S)
-    entry = Entry(EntryKind.BATCH, [["x"]], [1], VectorClock({0: 1}), 1)
+    entry = Entry(EntryKind.BATCH, [["x"]], [1], 1)
     acceptor.handle(0, "us", Prepare(S, B1, 0))
     acceptor.handle(0, "us", Prepare(S, B1, 0))  # the same promise again: nothing new
     acceptor.handle(0, "us", Accept(S, B1, 0, entry, 0))
@@ -459,7 +457,7 @@ def test_an_acceptor_hands_out_every_change_of_its_state_to_persist() -> None:
 def test_an_acceptor_recovered_from_its_records_promises_and_answers_as_before() -> None:
     acceptor = Acceptor(S)
     records = []
-    entry = Entry(EntryKind.BATCH, [["x"]], [1], VectorClock({0: 1}), 1)
+    entry = Entry(EntryKind.BATCH, [["x"]], [1], 1)
     for message in (Prepare(S, B1, 0), Accept(S, B1, 0, entry, 0), Accept(S, B1, 1, NOOP, 0),
                     Prepare(S, B2, 0), Accept(S, B2, 1, INF, 0)):
         acceptor.handle(0, "x", message)
@@ -481,7 +479,7 @@ def test_a_leader_hands_out_its_own_acceptors_records_with_its_accepts() -> None
     assert first.persist == [Prepare(S, B1, 0)]
     assert any(isinstance(m, Prepare) for _, m in first.messages)
     promise_all(leader)
-    leader.append(0, ["a"], 1, VectorClock())
+    leader.append(0, ["a"], 1)
     ready = leader.ready()
     accepts_sent = [m for _, m in ready.messages if isinstance(m, Accept)]
     assert accepts_sent

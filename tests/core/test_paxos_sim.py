@@ -48,7 +48,6 @@ from store.core.paxos import (
     encode,
     finalized_watermark,
 )
-from store.core.vclock import VectorClock
 from store.sim.loop import Simulator
 from store.sim.network import MS, Faults, Link, Network
 
@@ -222,7 +221,7 @@ class Run:
         self.counter += 1
         record = [self.seed, self.counter]
         self.appended.setdefault(self.leader_region, []).append(self.counter)
-        leader.append(self.sim.now_ns, record, self.counter, VectorClock({0: self.counter}))
+        leader.append(self.sim.now_ns, record, self.counter)
         host.flush()
 
     def isolate(self, region: str) -> None:

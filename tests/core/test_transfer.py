@@ -39,7 +39,7 @@ from store.protocol.cluster_map import ClusterMap
 from store.protocol.messages import StateRequest
 
 VC = VectorClock({0: 5, 1: 2})
-BATCH = Entry(EntryKind.BATCH, [[7, [["t/a", 1, False]], VC.to_wire()]], [5], VC, 5, VC, 0)
+BATCH = Entry(EntryKind.BATCH, [[7, [["t/a", 1, False]], VC.to_wire()]], [5], 5, VC, 0)
 
 
 def sample_epochs() -> StreamEpochs:

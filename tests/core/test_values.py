@@ -48,7 +48,7 @@ def test_values_round_trip_through_a_cluster() -> None:
 def test_values_round_trip_through_paxos_entries_and_state_transfer() -> None:
     vc = VectorClock({0: 3})
     records = [[7, [["t/v", VALUE, False]], vc.to_wire()]]
-    entry = Entry(EntryKind.BATCH, records, [3], vc, 3, vc, 0)
+    entry = Entry(EntryKind.BATCH, records, [3], 3, vc, 0)
     accept = Accept(0, Ballot(1, "a"), 4, entry, 3)
     # In the log (the Paxos codec) and on the replication stream (protobuf).
     for decoded in (paxos.decode(paxos.encode(accept)), parse_batch(to_batch("a", [accept]).SerializeToString())[1][0]):

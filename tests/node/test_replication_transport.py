@@ -69,7 +69,6 @@ def batch_entry(first_counter: int, records: int) -> Entry:
         EntryKind.BATCH,
         [{"id": c, "writes": [[f"k{c}", b"v" * 16]], "vc": {"0": c}} for c in counters],
         counters,
-        VectorClock({0: counters[-1] if counters else 0, 3: 7}),
         first_counter,
         vw=VectorClock({0: first_counter, 1: 3}),
     )
@@ -256,9 +255,7 @@ def test_a_paxos_stream_runs_over_the_transport() -> None:
             for counter in range(1, records_total + 1):
                 while not leader.can_append():
                     await asyncio.sleep(POLL_S)
-                leader.append(
-                    time.monotonic_ns(), {"txn": counter}, counter, VectorClock({0: counter})
-                )
+                leader.append(time.monotonic_ns(), {"txn": counter}, counter)
                 drivers["us"].flush()
                 if counter % 50 == 0:
                     await asyncio.sleep(0)

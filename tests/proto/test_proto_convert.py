@@ -38,7 +38,7 @@ def test_every_message_round_trips_through_a_batch() -> None:
         lambda m: setattr(m.accept.entry, "kind", 9),  # unknown kind (open proto3 enum)
         lambda m: (m.accept.entry.records.append(b"\x01"), m.accept.entry.counters.append(1),
                    setattr(m.accept.entry, "kind", 1)),  # a no-op with records
-        lambda m: m.accept.entry.vc.extend([pb.ClockEntry(shard=1, counter=2)] * 2),
+        lambda m: m.accept.entry.vw.extend([pb.ClockEntry(shard=1, counter=2)] * 2),
         lambda m: m.ClearField("body"),  # empty
     ],
 )

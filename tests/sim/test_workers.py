@@ -19,7 +19,11 @@ is then broken on purpose and an oracle must object:
   first: no schedule of 340 seeds shows it once the rules above hold, so
   tests/core/test_watermark.py breaks it directly);
 * a worker counting alone raises its counter to its fellows' claims (else, once idle, it
-  holds its shard's watermark below theirs and their transactions never commit).
+  holds its shard's watermark below theirs and their transactions never commit);
+* a reply to another leader carries the shard's entry as the worker knows it, the least of
+  its own and its fellows' claims, because the receiver takes it for every worker of the
+  shard (its own claim alone lets a coordinator drop a fellow's unsettled counter from a
+  sparse clock: an install's clock below the counter drawn stops the replica).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from store.core.replica import ShardLeader
 from store.core.watermark import ShardWatermark, VectorWatermark
 from store.sim.run import SimOptions, run_many
 from tests.sim.seeds import caught
@@ -108,3 +113,11 @@ def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
 ) -> None:
     monkeypatch.setattr(VectorWatermark, "fellows_top", lambda self, unit: 0)
     caught(FAULTS, [12, 7], {"follower-diverged"})
+
+
+def test_a_reply_carrying_the_workers_own_claim_as_its_shards_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ShardLeader, "reply_watermark", ShardLeader.durable_watermark)
+    one_region = SimOptions(shards=2, workers=2, loss=0.05)
+    caught(one_region, [1, 0], {"invariant-broken", "committed-before-durable"})

@@ -161,7 +161,6 @@ class StreamLeader:
         # The open batch.
         self._records: list[Any] = []
         self._counters: list[int] = []
-        self._vc: VectorClock = EMPTY
         self._batch_close_at: int | None = None
         self._batch_closed_at = -(1 << 62)  # when a batch last closed by its delay
         self._watermark = 0
@@ -208,7 +207,7 @@ class StreamLeader:
     def pending_records(self) -> int:
         return len(self._records) + self._queued_records
 
-    def append(self, now_ns: int, record: Any, counter: int, vc: VectorClock) -> None:
+    def append(self, now_ns: int, record: Any, counter: int) -> None:
         """Adds a certified transaction (``record``, msgpack-able) that drew ``counter``."""
         assert self.can_append(), "pending_records_max reached: check can_append first"
         assert counter > 0
@@ -223,7 +222,6 @@ class StreamLeader:
             self._batch_close_at = max(now_ns + 1, self._batch_closed_at + self.settings.batch_delay_ns)
         self._records.append(record)
         self._counters.append(counter)
-        self._vc = self._vc.merge(vc)
         if len(self._records) >= self.settings.batch_size_max:
             self._close_batch()
         self._pump(now_ns)
@@ -414,10 +412,10 @@ class StreamLeader:
         if now_ns is not None:
             self._batch_closed_at = now_ns
         entry = Entry(
-            EntryKind.BATCH, self._records, self._counters, self._vc, self._watermark,
+            EntryKind.BATCH, self._records, self._counters, self._watermark,
             self._vector_watermark, self.epoch,
         )
-        self._records, self._counters, self._vc = [], [], EMPTY
+        self._records, self._counters = [], []
         self._enqueue(entry)
 
     def _enqueue(self, entry: Entry) -> None:

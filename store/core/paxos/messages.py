@@ -144,7 +144,9 @@ _packb = msgpack.Packer(autoreset=True, **PACK).pack
 
 
 def entry_to_wire(entry: Entry) -> list[Any]:
-    return [int(entry.kind), list(entry.records), list(entry.counters), entry.vc.to_wire(),
+    # Index 3 held the batch's max clock until entries stopped carrying one; an empty array
+    # (one byte) keeps the shape that write-ahead logs of earlier versions have.
+    return [int(entry.kind), list(entry.records), list(entry.counters), [],
             entry.watermark, entry.vw.to_wire(), entry.epoch]
 
 
@@ -201,7 +203,7 @@ def _decode_ballot(value: Any) -> Ballot:
 def entry_from_wire(value: Any) -> Entry:
     raw = _list(value, "entry")
     if len(raw) != 7:
-        raise _bad("an entry is [kind, records, counters, vc, watermark, vw, epoch]")
+        raise _bad("an entry is [kind, records, counters, [], watermark, vw, epoch]")
     kind_value = _int(raw[0], "entry kind")
     if kind_value not in EntryKind._value2member_map_:
         raise _bad(f"unknown entry kind {kind_value}")
@@ -212,8 +214,9 @@ def entry_from_wire(value: Any) -> Entry:
         raise _bad("an entry has one counter per record")
     if kind != EntryKind.BATCH and records:
         raise _bad("a no-op or INF entry carries no records")
-    return Entry(kind, records, counters, VectorClock.from_wire(raw[3]),
-                 _int(raw[4], "watermark"), VectorClock.from_wire(raw[5]), _int(raw[6], "epoch"))
+    VectorClock.from_wire(raw[3])  # checked, not kept: a batch clock an earlier version wrote
+    return Entry(kind, records, counters, _int(raw[4], "watermark"), VectorClock.from_wire(raw[5]),
+                 _int(raw[6], "epoch"))
 
 
 def _accepted(value: Any) -> list[tuple[int, Ballot, Entry]]:

@@ -1,7 +1,7 @@
 """Values shared by the roles of a Paxos stream: ballots, entries, settings, ``StreamReady``.
 
 An entry is what one slot of a stream holds (DESIGN.md §4): a batch of certified
-transaction records with the batch's max vector clock, or one of three markers. A heartbeat
+transaction records, or one of three markers. A heartbeat
 is a batch with no records; it exists so an idle stream's chosen prefix, and with it the
 followers' view of the stream, keeps moving. A no-op fills a hole found by a new leader; an
 INF marker ends an epoch on the stream (DESIGN.md §5). Entries are immutable once built.
@@ -43,10 +43,13 @@ class EntryKind(enum.IntEnum):
 class Entry:
     """One slot's value.
 
-    ``records`` are opaque msgpack-able values (the replica's certified transactions) and
-    ``counters[i]`` is the shard counter that ``records[i]`` drew. ``vc`` is the element-wise
-    max of the records' vector clocks, ``counter_max`` the max of ``counters`` (0 when
-    empty). ``watermark`` is the stream watermark the leader's replica promised when the
+    ``records`` are opaque msgpack-able values (the replica's certified transactions, each
+    with its own vector clock) and ``counters[i]`` is the shard counter that ``records[i]``
+    drew; ``counter_max`` is the max of ``counters`` (0 when empty). An entry carries no
+    clock of its own: the batch's max clock (DESIGN.md's "plus the batch's max vector clock")
+    is the merge of its records' clocks, which every receiver has, and nothing needs it
+    (followers replay record by record); it cost a third to a half of the stream's clock
+    bytes. ``watermark`` is the stream watermark the leader's replica promised when the
     entry was closed: every counter at or below it that this stream will ever carry is in
     this entry or an earlier one (see ``StreamLeader.advance_watermark``). ``vw`` is the
     leader replica's vector watermark when the entry was closed: followers learn the other
@@ -55,14 +58,13 @@ class Entry:
     marker ends that epoch on the stream, entries of a later epoch begin the next one.
     """
 
-    __slots__ = ("counter_max", "counters", "epoch", "kind", "records", "vc", "vw", "watermark")
+    __slots__ = ("counter_max", "counters", "epoch", "kind", "records", "vw", "watermark")
 
     def __init__(
         self,
         kind: EntryKind,
         records: Sequence[Any] = (),
         counters: Sequence[int] = (),
-        vc: VectorClock = EMPTY,
         watermark: int = 0,
         vw: VectorClock = EMPTY,
         epoch: int = 0,
@@ -72,7 +74,6 @@ class Entry:
         self.kind = kind
         self.records: tuple[Any, ...] = tuple(records)
         self.counters: tuple[int, ...] = tuple(counters)
-        self.vc = vc
         self.counter_max = max(self.counters, default=0)
         self.watermark = watermark
         self.vw = vw
@@ -88,7 +89,6 @@ class Entry:
             and self.kind == other.kind
             and self.records == other.records
             and self.counters == other.counters
-            and self.vc == other.vc
             and self.watermark == other.watermark
             and self.vw == other.vw
             and self.epoch == other.epoch
@@ -101,7 +101,7 @@ class Entry:
             return f"Entry({self.kind.name}, epoch={self.epoch})"
         return (
             f"Entry(records={len(self.records)}, counter_max={self.counter_max}, "
-            f"vc={self.vc!r}, watermark={self.watermark}, epoch={self.epoch})"
+            f"watermark={self.watermark}, epoch={self.epoch})"
         )
 
 
