@@ -98,3 +98,16 @@ def test_the_well_formed_base_of_the_malformed_cases_decodes() -> None:
     """The malformed cases above each break one field of this; it must itself be valid."""
     accept = decode(pack([103, 1, [1, "us"], 0, ENTRY, 0]))
     assert isinstance(accept, Accept) and accept.entry.is_heartbeat
+
+
+def test_an_entry_logged_with_a_batch_clock_by_an_earlier_version_still_decodes() -> None:
+    """Entries once carried their batch's max clock at index 3; a write-ahead log of that
+    version must still be read (the clock is checked and dropped), and an entry encoded now
+    keeps the shape with an empty array there."""
+    logged = [0, [["t1"], ["t2"]], [4, 5], [0, 5, 3, 2], 5, [0, 4], 0]
+    accept = decode(pack([103, 1, [1, "us"], 0, logged, 0]))
+    assert isinstance(accept, Accept)
+    assert accept.entry.counters == (4, 5) and accept.entry.watermark == 5
+    assert msgpack.unpackb(encode(accept))[4][3] == []
+    with pytest.raises(InvalidRequest):  # still checked: garbage there is refused
+        decode(pack([103, 1, [1, "us"], 0, [*logged[:3], "x", *logged[4:]], 0]))
