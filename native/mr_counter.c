@@ -18,11 +18,21 @@
  * increment past the largest stops the process (a counter that wrapped would give two
  * transactions one counter, which nothing downstream could detect).
  *
- * The rest of the block holds six claim slots, one per worker (publish / claim): each worker
- * publishes there the watermark it claims (every value at or below it that it drew is
+ * The rest of the block holds six claim slots, one per worker (publish / idle / claim): each
+ * worker publishes there the watermark it claims (every value at or below it that it drew is
  * settled), raised with a compare-and-swap loop like the value, and its fellows read it at
  * their next step instead of waiting for the claim's gossip. A shard of more workers than
  * slots goes without (its workers gossip their claims only).
+ *
+ * Idle claims. A worker with nothing unsettled claims the counter's value itself, whatever
+ * its fellows draw meanwhile (what it drew is below, what it draws later above). It says so
+ * once (idle(slot, ceiling): the slot holds -ceiling - 1, a negative number, where ceiling is
+ * the last value of its epoch) instead of publishing every value the counter passes, and
+ * claim(slot) then reads the live value: min(value, ceiling). Before it draws again it
+ * publishes a plain claim (publish overwrites the marker). The order makes this right across
+ * processes: claim() loads the value BEFORE the slot, the worker stores its plain claim
+ * BEFORE its fetch-and-add, all sequentially consistent; so a reader that still sees the
+ * marker loaded the value before that draw, and the value it returns is below it.
  *
  * A counter in a shared mapping is only right across processes if the atomic is lock-free
  * (an address-free instruction, not a lock inside one process): checked when the module
@@ -62,7 +72,8 @@ static const char MR_COUNTER_MAGIC[8] = {'M', 'R', 'C', 'O', 'U', 'N', 'T', '1'}
 typedef struct {
     char magic[8];
     _Atomic int64_t value;
-    /* One per worker of the shard: the largest watermark claim it has published. */
+    /* One per worker of the shard: the largest watermark claim it has published (>= 0), or
+     * -ceiling - 1 while it claims the live value up to ceiling (idle). */
     _Atomic int64_t claims[MR_COUNTER_CLAIM_SLOTS];
 } mr_counter_file;
 
@@ -161,9 +172,6 @@ static PyObject *SharedCounter_new(PyTypeObject *type, PyObject *args, PyObject 
     Py_DECREF(path_obj);
     mr_counter_file *file = map;
     MR_COUNTER_INVARIANT(atomic_is_lock_free(&file->value));
-    for (int slot = 0; slot < MR_COUNTER_CLAIM_SLOTS; slot++) {
-        MR_COUNTER_INVARIANT(atomic_load_explicit(&file->claims[slot], memory_order_acquire) >= 0);
-    }
     MR_COUNTER_INVARIANT(((uintptr_t)&file->value) % sizeof(int64_t) == 0);
     SharedCounterObject *self = (SharedCounterObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -184,7 +192,8 @@ static bool counter_open_or_raise(SharedCounterObject *self) {
 
 static PyObject *SharedCounter_draw(SharedCounterObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!counter_open_or_raise(self)) return NULL;
-    int64_t before = atomic_fetch_add_explicit(&self->map->value, 1, memory_order_acq_rel);
+    /* Sequentially consistent: after the plain claim a worker publishes before it draws. */
+    int64_t before = atomic_fetch_add_explicit(&self->map->value, 1, memory_order_seq_cst);
     MR_COUNTER_INVARIANT(before >= 0 && before < INT64_MAX);
     return PyLong_FromLongLong(before + 1);
 }
@@ -239,13 +248,33 @@ static PyObject *SharedCounter_publish(SharedCounterObject *self, PyObject *cons
         return NULL;
     }
     _Atomic int64_t *cell = &self->map->claims[slot];
-    int64_t seen = atomic_load_explicit(cell, memory_order_acquire);
-    while (seen < claim &&
-           !atomic_compare_exchange_weak_explicit(cell, &seen, (int64_t)claim, memory_order_acq_rel,
-                                                  memory_order_acquire)) {
+    int64_t seen = atomic_load_explicit(cell, memory_order_seq_cst);
+    /* An idle marker (negative) is replaced whatever it said; a plain claim only grows. */
+    while ((seen < 0 || seen < claim) &&
+           !atomic_compare_exchange_weak_explicit(cell, &seen, (int64_t)claim, memory_order_seq_cst,
+                                                  memory_order_seq_cst)) {
     }
-    MR_COUNTER_INVARIANT(seen >= 0);
     return PyLong_FromLongLong(seen < claim ? claim : seen);
+}
+
+static PyObject *SharedCounter_idle(SharedCounterObject *self, PyObject *const *args,
+                                    Py_ssize_t nargs) {
+    if (!counter_open_or_raise(self)) return NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "idle(slot, ceiling) takes two integers");
+        return NULL;
+    }
+    long long slot = PyLong_AsLongLong(args[0]);
+    if (slot == -1 && PyErr_Occurred()) return NULL;
+    long long ceiling = PyLong_AsLongLong(args[1]);
+    if (ceiling == -1 && PyErr_Occurred()) return NULL;
+    if (!claim_slot_or_raise(slot)) return NULL;
+    if (ceiling < 0) {
+        PyErr_Format(PyExc_ValueError, "SharedCounter.idle: ceiling %lld is negative", ceiling);
+        return NULL;
+    }
+    atomic_store_explicit(&self->map->claims[slot], -(int64_t)ceiling - 1, memory_order_seq_cst);
+    Py_RETURN_NONE;
 }
 
 static PyObject *SharedCounter_claim(SharedCounterObject *self, PyObject *arg) {
@@ -253,7 +282,13 @@ static PyObject *SharedCounter_claim(SharedCounterObject *self, PyObject *arg) {
     long long slot = PyLong_AsLongLong(arg);
     if (slot == -1 && PyErr_Occurred()) return NULL;
     if (!claim_slot_or_raise(slot)) return NULL;
-    int64_t claim = atomic_load_explicit(&self->map->claims[slot], memory_order_acquire);
+    /* The value first, then the slot (see the file's comment, "Idle claims"). */
+    int64_t value = atomic_load_explicit(&self->map->value, memory_order_seq_cst);
+    int64_t claim = atomic_load_explicit(&self->map->claims[slot], memory_order_seq_cst);
+    if (claim < 0) {
+        int64_t ceiling = -(claim + 1);
+        claim = value < ceiling ? value : ceiling;
+    }
     MR_COUNTER_INVARIANT(claim >= 0);
     return PyLong_FromLongLong(claim);
 }
@@ -270,9 +305,12 @@ static PyMethodDef SharedCounter_methods[] = {
     {"raise_to", (PyCFunction)SharedCounter_raise_to, METH_O,
      "raise_to(floor, /): lifts the value to at least floor; returns the value after."},
     {"publish", (PyCFunction)(void (*)(void))SharedCounter_publish, METH_FASTCALL,
-     "publish(slot, claim, /): raises claim slot `slot` to at least `claim`; returns it after."},
+     "publish(slot, claim, /): raises claim slot `slot` to at least `claim` (replacing an idle "
+     "marker); returns it after."},
+    {"idle", (PyCFunction)(void (*)(void))SharedCounter_idle, METH_FASTCALL,
+     "idle(slot, ceiling, /): slot `slot` claims the live value, up to `ceiling`."},
     {"claim", (PyCFunction)SharedCounter_claim, METH_O,
-     "claim(slot, /): the largest claim published in slot `slot` (0: none)."},
+     "claim(slot, /): the claim of slot `slot` (0: none; idle: min(value, ceiling))."},
     {"close", (PyCFunction)SharedCounter_close, METH_NOARGS,
      "Unmaps the file (the value stays in it); later calls raise RuntimeError."},
     {NULL, NULL, 0, NULL},

@@ -747,7 +747,10 @@ class ShardLeader:
         learns theirs (``_shared``), and draws above the largest claim of theirs."""
         shared = self._shared
         if shared is not None:
-            if mark > self._published:
+            if not self._replicated:
+                # A claim is durable once made: an idle worker's is the live counter.
+                self.watermark.share_claim(self._worker)
+            elif mark > self._published:
                 self._published = shared.publish(self._worker, mark)
             first = self.clock * self.workers
             for worker in range(self.workers):

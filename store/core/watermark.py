@@ -38,6 +38,8 @@ class CounterSource(Protocol):
 
     def publish(self, slot: int, claim: int, /) -> int: ...
 
+    def idle(self, slot: int, ceiling: int, /) -> None: ...
+
     def claim(self, slot: int, /) -> int: ...
 
 
@@ -47,7 +49,10 @@ CLAIM_SLOTS = 6
 
 
 class LocalCounter:
-    """A counter source in one process: what the simulator's workers of a shard share."""
+    """A counter source in one process: what the simulator's workers of a shard share. Its
+    claim slots behave as SharedCounter's (native/mr_counter.c): a plain claim only grows,
+    an idle marker (``-ceiling - 1``) claims the live value up to ``ceiling``, and ``publish``
+    replaces a marker."""
 
     __slots__ = ("_claims", "_value")
 
@@ -58,11 +63,18 @@ class LocalCounter:
     def publish(self, slot: int, claim: int, /) -> int:
         if not 0 <= slot < CLAIM_SLOTS or claim < 0:
             raise ValueError(f"LocalCounter.publish({slot}, {claim})")
-        self._claims[slot] = max(self._claims[slot], claim)
+        seen = self._claims[slot]
+        self._claims[slot] = claim if seen < 0 else max(seen, claim)
         return self._claims[slot]
 
+    def idle(self, slot: int, ceiling: int, /) -> None:
+        if not 0 <= slot < CLAIM_SLOTS or ceiling < 0:
+            raise ValueError(f"LocalCounter.idle({slot}, {ceiling})")
+        self._claims[slot] = -ceiling - 1
+
     def claim(self, slot: int, /) -> int:
-        return self._claims[slot]
+        claim = self._claims[slot]
+        return min(self._value, -claim - 1) if claim < 0 else claim
 
     def draw(self) -> int:
         self._value += 1
@@ -95,7 +107,10 @@ class ShardWatermark:
     worker never holds its shard back.
     """
 
-    __slots__ = ("_counter", "_drawn", "_epoch_end", "_last_drawn", "_unsettled", "on_draw")
+    __slots__ = (
+        "_counter", "_drawn", "_epoch_end", "_idle_slot", "_last_drawn", "_published",
+        "_unsettled", "on_draw",
+    )
 
     def __init__(self, start: int = 0, counter: CounterSource | None = None) -> None:
         self._counter = counter
@@ -108,6 +123,11 @@ class ShardWatermark:
         self._last_drawn = start if counter is None else counter.raise_to(start)
         self._unsettled: set[int] = set()
         self._drawn: deque[int] = deque()
+        # Claims in the shared counter's slot (``share_claim``): the slot while an idle
+        # marker stands there (None: a plain claim, or nothing published), and the largest
+        # plain claim published.
+        self._idle_slot: int | None = None
+        self._published = 0
 
     @property
     def last_drawn(self) -> int:
@@ -115,10 +135,18 @@ class ShardWatermark:
         return self._last_drawn
 
     def draw(self) -> int:
-        if self._counter is None:
+        shared = self._counter
+        if shared is None:
             counter = self._last_drawn = self._last_drawn + 1
         else:
-            counter = self._last_drawn = self._counter.draw()
+            slot = self._idle_slot
+            if slot is not None:
+                # Idle no more: a plain claim replaces the marker BEFORE the draw, so that
+                # no fellow reads the live value as this worker's claim once it is above a
+                # value this worker holds unsettled (native/mr_counter.c, "Idle claims").
+                self._idle_slot = None
+                self._published = shared.publish(slot, min(shared.value(), self._epoch_end))
+            counter = self._last_drawn = shared.draw()
         self._unsettled.add(counter)
         self._drawn.append(counter)
         if self.on_draw is not None:
@@ -144,6 +172,8 @@ class ShardWatermark:
             self._last_drawn = max(self._last_drawn, counter_base(epoch))
         else:
             self._counter.raise_to(counter_base(epoch))
+            if self._idle_slot is not None:  # idle up to the new epoch's end
+                self._counter.idle(self._idle_slot, self._epoch_end)
 
     def beyond_epoch(self) -> bool:
         """Whether the shared counter is already in a later epoch than this worker's: a
@@ -158,9 +188,32 @@ class ShardWatermark:
         """Stops following a shared counter (a retired worker): from now on this worker
         counts alone, from where the shared counter is, but never above ``ceiling`` (the
         base of the epoch in which another leader took its unit over)."""
-        if self._counter is not None:
-            self._last_drawn = max(self._last_drawn, min(self._counter.value(), ceiling))
+        shared = self._counter
+        if shared is not None:
+            if self._idle_slot is not None:  # leaves a plain claim: its live value is not its
+                shared.publish(self._idle_slot, min(shared.value(), self._epoch_end))
+                self._idle_slot = None
+            self._last_drawn = max(self._last_drawn, min(shared.value(), ceiling))
             self._counter = None
+
+    def share_claim(self, slot: int) -> None:
+        """Publishes this worker's claim in the shared counter's ``slot`` (a shard of several
+        workers without replication, where a claim is durable once made): with nothing
+        unsettled an idle marker, once (its fellows then read the live value as its claim,
+        up to its epoch's end, however much they draw meanwhile); else its watermark. A
+        worker that publishes here must do so at the end of each step, and ``draw`` replaces
+        the marker before drawing."""
+        shared = self._counter
+        assert shared is not None
+        if not self._unsettled:
+            if self._idle_slot is None:
+                shared.idle(slot, self._epoch_end)
+                self._idle_slot = slot
+            return
+        assert self._idle_slot is None, "a value drawn while the idle marker stood"
+        mark = self.watermark
+        if mark > self._published:
+            self._published = shared.publish(slot, mark)
 
     def settle(self, counter: int) -> None:
         """The transaction that drew ``counter`` aborted or became durable."""

@@ -131,9 +131,15 @@ class SharedCounter:
         value after: never lowers it."""
     def publish(self, slot: int, claim: int, /) -> int:
         """Raises claim slot ``slot`` (a worker of the shard, ``[0, 6)``) to at
-        least ``claim`` and returns it after (ValueError for a bad slot or a negative claim)."""
+        least ``claim`` (an idle marker is replaced whatever it said) and returns it after
+        (ValueError for a bad slot or a negative claim)."""
+    def idle(self, slot: int, ceiling: int, /) -> None:
+        """Slot ``slot``'s worker has nothing unsettled: until its next ``publish`` it claims
+        the live value, never above ``ceiling`` (ValueError for a bad slot or a negative
+        ceiling). It must publish a plain claim before it draws again."""
     def claim(self, slot: int, /) -> int:
-        """The largest claim published in slot ``slot`` (0: none)."""
+        """Slot ``slot``'s claim: the largest published (0: none), or while it is idle
+        ``min(value(), ceiling)``, the value read before the slot."""
     def close(self) -> None:
         """Unmaps the file (the value stays in it); any later call but ``close`` raises
         RuntimeError."""

@@ -23,7 +23,11 @@ is then broken on purpose and an oracle must object:
 * a reply to another leader carries the shard's entry as the worker knows it, the least of
   its own and its fellows' claims, because the receiver takes it for every worker of the
   shard (its own claim alone lets a coordinator drop a fellow's unsettled counter from a
-  sparse clock: an install's clock below the counter drawn stops the replica).
+  sparse clock: an install's clock below the counter drawn stops the replica);
+* without replication, a worker with nothing unsettled publishes an idle marker (its
+  fellows read the live counter as its claim) and replaces it before it draws again (left
+  standing, a fellow's claim covers the values it holds: the same assertion stops a
+  replica). The order across processes is tested in tests/node/test_shared_counter.py.
 """
 
 from __future__ import annotations
@@ -121,3 +125,26 @@ def test_a_reply_carrying_the_workers_own_claim_as_its_shards_is_caught(
     monkeypatch.setattr(ShardLeader, "reply_watermark", ShardLeader.durable_watermark)
     one_region = SimOptions(shards=2, workers=2, loss=0.05)
     caught(one_region, [1, 0], {"invariant-broken", "committed-before-durable"})
+
+
+def test_a_worker_drawing_with_its_idle_marker_standing_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def standing(self: ShardWatermark) -> int:
+        shared = self._counter
+        counter = self._last_drawn = self._last_drawn + 1 if shared is None else shared.draw()
+        self._unsettled.add(counter)
+        self._drawn.append(counter)
+        if self.on_draw is not None:
+            self.on_draw(counter)
+        return counter
+
+    share_claim = ShardWatermark.share_claim
+
+    def quiet(self: ShardWatermark, slot: int) -> None:
+        if self._idle_slot is None:  # the marker stays until the worker is idle again
+            share_claim(self, slot)
+
+    monkeypatch.setattr(ShardWatermark, "draw", standing)
+    monkeypatch.setattr(ShardWatermark, "share_claim", quiet)
+    caught(SimOptions(shards=2, workers=2, loss=0.05), [0, 1], {"invariant-broken"})
