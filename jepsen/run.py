@@ -9,6 +9,8 @@ One test, start to end (docs/jepsen.md):
 2. **Cluster.** A cluster file in the run directory: ``--shards`` shards, each led from
    ``us`` with followers in ``eu`` and ``ap``, a configuration-manager member per region,
    every process started in its region's namespace by ``store.node.up.ProcessCluster``.
+   ``--workers W`` runs each shard leader as W worker processes (units with streams and
+   followers of their own; the kill nemesis then kills single workers).
    With ``--break STEP`` every shard replica runs with that safety step switched off.
 3. **Load.** ``--concurrency`` clients, each a ``store.client.Client`` in the client
    namespace, run the workload (the simulator's, ``store.sim.workloads``) for
@@ -77,6 +79,7 @@ class Options:
     seed: int = 0
     break_step: str | None = None
     shards: int = 2
+    workers: int = 1  # worker processes per shard leader (docs/design.md, "Workers")
     leader_timeout_ms: int = 1000
     client_timeout_s: float = 5.0
     fault_s: float = 4.0
@@ -115,7 +118,7 @@ def cluster_file(directory: Path, hosts: Hosts, options: Options) -> Path:
         "# Written by python -m jepsen run: one region per host (network namespace).",
         "[cluster]", f'name = "{options.test_name()}"', f'run_dir = "{directory / "logs"}"',
         f'python_path = ["{repo}"]', f'procedures = ["{procedures}"]',
-        f'partitioner = "{partitioner}"',
+        f'partitioner = "{partitioner}"', f"workers = {options.workers}",
         "[settings]", "peer_retry_ns = 200_000_000", "peer_attempts_max = 15",
         f"leader_timeout_ns = {options.leader_timeout_ms * 1_000_000}",
         "[client]", f"timeout_s = {options.client_timeout_s}",
@@ -309,7 +312,7 @@ async def _drive(
     await supervise_task
     nemesis_report = await nemesis_task
     log(f"jepsen: load over ({counts}); waiting for every shard to commit again")
-    recovered_s = await _wait_recovered(config, options.shards)
+    recovered_s = await _wait_recovered(config, len(config.shards))  # units
     checked: dict[str, Any] = {}
     if tpcc is not None:
         checked = await tpcc.check_and_close(log)
@@ -442,8 +445,8 @@ async def _not_voting(client: Any, config: Any) -> set[str]:
 
 
 async def _wait_recovered(config: Any, shards: int) -> dict[int, float | None]:
-    """Seconds until each shard committed a probe write after the faults ended (None: not
-    within RECOVERY_S)."""
+    """Seconds until each shard (each worker of one, with workers) committed a probe write
+    after the faults ended (None: not within RECOVERY_S)."""
     from store.client import Client
     from store.core.errors import MeridianError
 
@@ -586,6 +589,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--test-count", type=int, default=1, help="tests to run, seeds S, S+1, ...")
     run.add_argument("--seed", type=int, default=0, help="the nemesis's and workload's seed")
     run.add_argument("--shards", type=int, default=2)
+    run.add_argument(
+        "--workers", type=int, default=1,
+        help="worker processes per shard leader (each its own unit, stream and followers)",
+    )
     run.add_argument("--leader-timeout-ms", type=int, default=1000)
     run.add_argument("--fault-s", type=float, default=4.0, help="how long a fault lasts")
     run.add_argument("--quiet-s", type=float, default=4.0, help="calm between faults")
@@ -612,14 +619,19 @@ def options_from(args: argparse.Namespace) -> Options:
     unknown = [n for n in nemeses if n not in KINDS]
     if unknown:
         raise SystemExit(f"jepsen: no such nemesis {unknown}; choose from {','.join(KINDS)}")
-    if args.time_limit <= 0 or args.concurrency <= 0 or args.shards <= 0:
-        raise SystemExit("jepsen: --time-limit, --concurrency and --shards must be positive")
+    if args.time_limit <= 0 or args.concurrency <= 0 or args.shards <= 0 or args.workers <= 0:
+        raise SystemExit(
+            "jepsen: --time-limit, --concurrency, --shards and --workers must be positive"
+        )
+    if args.workers > 1 and args.workload == "tpcc":
+        raise SystemExit("jepsen: --workers with tpcc is not built (its warehouse placement "
+                         "assumes one worker per shard)")
     if args.rate is not None and args.rate <= 0:
         raise SystemExit("jepsen: --rate must be positive")
     return Options(
         workload=args.workload, nemeses=nemeses, time_limit_s=args.time_limit,
         concurrency=args.concurrency, rate=args.rate, seed=args.seed,
-        break_step=args.break_step, shards=args.shards,
+        break_step=args.break_step, shards=args.shards, workers=args.workers,
         leader_timeout_ms=args.leader_timeout_ms, fault_s=args.fault_s, quiet_s=args.quiet_s,
         runs_dir=args.runs_dir, netns=not args.no_netns, name=args.name,
         clear_fraction=args.clear_fraction,

@@ -152,6 +152,27 @@ def test_a_minute_of_kills_and_partitions_checks_valid_and_leaves_nothing_behind
 
 
 @needs_root
+def test_killing_single_workers_of_shard_leaders_checks_valid(tmp_path: Path) -> None:
+    """Issue 16: shards of two worker processes each (units with their own streams and
+    followers); the kill nemesis kills single workers, leaders among them, and the shard's
+    watermark (the least of its workers' claims) must carry every worker through."""
+    runs = tmp_path / "runs"
+    done = _jepsen(
+        ["--workload", "list-append", "--nemesis", "kill", "--workers", "2", "--time-limit",
+         "30", "--concurrency", "8", "--seed", "5", "--fault-s", "4", "--quiet-s", "3"],
+        runs, timeout_s=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Result: valid" in done.stdout, done.stdout[-2000:]
+    directory = runs / "list-append-kill" / "latest"
+    results = _plain(edn_format.loads((directory / "results.edn").read_text()))
+    assert results["valid?"] is True
+    assert results["nemesis"]["leader-kills"] >= 1, results["nemesis"]
+    assert (directory / "logs" / "shard-1.1.out").is_file()  # a worker's own process
+    assert results["ops"]["ok"] > 200, results["ops"]
+
+
+@needs_root
 def test_servers_without_validation_are_reported_invalid(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     done = _jepsen(
