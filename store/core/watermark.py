@@ -190,7 +190,8 @@ class ShardWatermark:
         base of the epoch in which another leader took its unit over)."""
         shared = self._counter
         if shared is not None:
-            if self._idle_slot is not None:  # leaves a plain claim: its live value is not its
+            if self._idle_slot is not None:
+                # A plain claim in the marker's place: the live value is no longer its claim.
                 shared.publish(self._idle_slot, min(shared.value(), self._epoch_end))
                 self._idle_slot = None
             self._last_drawn = max(self._last_drawn, min(shared.value(), ceiling))
