@@ -44,8 +44,11 @@ JSON keys (``--json`` prints ``{"rows": [...]}``, one row per shard count and to
 * ``shards``, ``regions``;
 * ``{sparse,unsparse}_msgpack_clock_bytes``: the clocks' share of the server msgpack
   messages, bytes per certified transaction; ``..._msgpack_bytes``: the whole of those
-  messages, watermark gossip and heartbeats included (context); ``..._msgpack_clocks``: clock fields sent per transaction (empty ones
-  included); ``..._msgpack_clock_bytes_by_field``: the share by ``Message.field``, each
+  messages, watermark gossip and heartbeats included (context); ``..._msgpack_clocks``:
+  clock fields sent per transaction (empty ones included); ``..._msgpack_bytes_per_clock``:
+  the clocks' bytes per clock field, the size of a clock apart from how many messages carry
+  one (with workers a uniform transaction has more participants, each message carrying its
+  clocks); ``..._msgpack_clock_bytes_by_field``: the share by ``Message.field``, each
   field emptied alone (each clock is an element of its own msgpack array, so the fields
   add up to the total);
 * ``{sparse,unsparse}_stream_clock_bytes``: the dependency clocks' share of the replication
@@ -320,6 +323,9 @@ class WireMeter:
             "msgpack_clock_bytes": per(self.msgpack_clock_bytes),
             "msgpack_bytes": per(self.msgpack_bytes),
             "msgpack_clocks": per(self.msgpack_clocks),
+            "msgpack_bytes_per_clock": round(
+                self.msgpack_clock_bytes / max(self.msgpack_clocks, 1), 2
+            ),
             "msgpack_clock_bytes_by_field": {k: per(v) for k, v in sorted(dependency.items())},
             "stream_clock_bytes": per(self.stream_record_clocks),
             "stream_bytes": per(self.stream_bytes),

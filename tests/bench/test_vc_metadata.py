@@ -4,6 +4,7 @@ three regions (issue 12 item 4)."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 
 from bench.vc_metadata import WireMeter, clock_share, row
 from store.core.errors import Status
@@ -73,6 +74,8 @@ def test_a_small_run_in_one_and_three_regions() -> None:
         assert r["sparse_msgpack_clock_bytes"] <= r["unsparse_msgpack_clock_bytes"]
         assert r["sparse_entries"] <= r["unsparse_entries"]
         assert r["dense_bytes_per_clock"] == 32
+        assert r["sparse_msgpack_bytes_per_clock"] == pytest.approx(
+            r["sparse_msgpack_clock_bytes"] / r["sparse_msgpack_clocks"], rel=0.01
+        )
     assert three["sparse_stream_clock_bytes"] > 0
     assert three["sparse_stream_clock_bytes"] <= three["unsparse_stream_clock_bytes"]
-    assert three["sparse_stream_clock_bytes"] > 0
