@@ -231,22 +231,32 @@ static bool claim_slot_or_raise(long long slot) {
     return true;
 }
 
+/* The arguments of publish(slot, claim) and idle(slot, ceiling): an open counter, a slot in
+ * range and a value >= 0 (`call` names the method, `what` the value, in the errors). */
+static bool slot_and_value(SharedCounterObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           const char *call, const char *what, long long *slot,
+                           long long *value) {
+    if (!counter_open_or_raise(self)) return false;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s(slot, %s) takes two integers", call, what);
+        return false;
+    }
+    *slot = PyLong_AsLongLong(args[0]);
+    if (*slot == -1 && PyErr_Occurred()) return false;
+    *value = PyLong_AsLongLong(args[1]);
+    if (*value == -1 && PyErr_Occurred()) return false;
+    if (!claim_slot_or_raise(*slot)) return false;
+    if (*value < 0) {
+        PyErr_Format(PyExc_ValueError, "SharedCounter.%s: %s %lld is negative", call, what, *value);
+        return false;
+    }
+    return true;
+}
+
 static PyObject *SharedCounter_publish(SharedCounterObject *self, PyObject *const *args,
                                        Py_ssize_t nargs) {
-    if (!counter_open_or_raise(self)) return NULL;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "publish(slot, claim) takes two integers");
-        return NULL;
-    }
-    long long slot = PyLong_AsLongLong(args[0]);
-    if (slot == -1 && PyErr_Occurred()) return NULL;
-    long long claim = PyLong_AsLongLong(args[1]);
-    if (claim == -1 && PyErr_Occurred()) return NULL;
-    if (!claim_slot_or_raise(slot)) return NULL;
-    if (claim < 0) {
-        PyErr_Format(PyExc_ValueError, "SharedCounter.publish: claim %lld is negative", claim);
-        return NULL;
-    }
+    long long slot, claim;
+    if (!slot_and_value(self, args, nargs, "publish", "claim", &slot, &claim)) return NULL;
     _Atomic int64_t *cell = &self->map->claims[slot];
     int64_t seen = atomic_load_explicit(cell, memory_order_seq_cst);
     /* An idle marker (negative) is replaced whatever it said; a plain claim only grows. */
@@ -259,20 +269,8 @@ static PyObject *SharedCounter_publish(SharedCounterObject *self, PyObject *cons
 
 static PyObject *SharedCounter_idle(SharedCounterObject *self, PyObject *const *args,
                                     Py_ssize_t nargs) {
-    if (!counter_open_or_raise(self)) return NULL;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "idle(slot, ceiling) takes two integers");
-        return NULL;
-    }
-    long long slot = PyLong_AsLongLong(args[0]);
-    if (slot == -1 && PyErr_Occurred()) return NULL;
-    long long ceiling = PyLong_AsLongLong(args[1]);
-    if (ceiling == -1 && PyErr_Occurred()) return NULL;
-    if (!claim_slot_or_raise(slot)) return NULL;
-    if (ceiling < 0) {
-        PyErr_Format(PyExc_ValueError, "SharedCounter.idle: ceiling %lld is negative", ceiling);
-        return NULL;
-    }
+    long long slot, ceiling;
+    if (!slot_and_value(self, args, nargs, "idle", "ceiling", &slot, &ceiling)) return NULL;
     atomic_store_explicit(&self->map->claims[slot], -(int64_t)ceiling - 1, memory_order_seq_cst);
     Py_RETURN_NONE;
 }
