@@ -184,7 +184,6 @@ class ShardLeader:
         # shared counter), so that a fellow's transactions need not wait for the gossip.
         self._shared = counter if counter is not None and 1 < self.workers <= CLAIM_SLOTS else None
         self._worker = shard % self.workers
-        self._published = 0  # the claim last published there
         self._floor = 0  # the largest fellow worker's claim raise_floor was given
         # What waits for the vector watermark: the coordinator's certified transactions
         # and the participant's hidden writes; released whenever an entry rises (_learn).
@@ -448,15 +447,9 @@ class ShardLeader:
         shard then knows the shard's watermark as freshly as the worker does, instead of
         waiting for the other workers' gossip to raise their claims too."""
         own = self.durable_watermark()
-        workers = self.workers
-        if workers == 1:
-            return own
-        claims = self.vw.claims
-        first = self.clock * workers
-        for fellow in range(first, first + workers):
-            if fellow != self.shard:
-                own = min(own, claims.get(fellow, 0))
-        return own
+        # The shard's entry is the least of its units' claims, this worker's as last learned
+        # (at most ``own``) among them.
+        return own if self.workers == 1 else min(own, self.vw[self.clock])
 
     def accepts_more(self) -> bool:
         """False while the replication stream holds too many records not yet in a slot."""
@@ -747,11 +740,9 @@ class ShardLeader:
         learns theirs (``_shared``), and draws above the largest claim of theirs."""
         shared = self._shared
         if shared is not None:
-            if not self._replicated:
-                # A claim is durable once made: an idle worker's is the live counter.
-                self.watermark.share_claim(self._worker)
-            elif mark > self._published:
-                self._published = shared.publish(self._worker, mark)
+            # With replication a claim is the stream's chosen stamp; without, it is durable
+            # once made (and an idle worker's is the live counter).
+            self.watermark.share_claim(self._worker, mark if self._replicated else None)
             first = self.clock * self.workers
             for worker in range(self.workers):
                 if worker != self._worker:
@@ -770,12 +761,10 @@ class ShardLeader:
 
     def _learn_reply(self, unit: int, watermark: int) -> None:
         """What a reply from ``unit`` carries (``reply_watermark``): its shard's watermark."""
-        workers = self.workers
-        if workers == 1:
-            if self.vw.learn(unit, watermark):
-                self.waits.release(unit)
+        if self.workers == 1:
+            self._learn(unit, watermark)
             return
-        shard = unit // workers
+        shard = unit // self.workers
         if self.vw.learn_clocks({shard: watermark}):
             self.waits.release(shard)
 

@@ -197,15 +197,20 @@ class ShardWatermark:
             self._last_drawn = max(self._last_drawn, min(shared.value(), ceiling))
             self._counter = None
 
-    def share_claim(self, slot: int) -> None:
-        """Publishes this worker's claim in the shared counter's ``slot`` (a shard of several
-        workers without replication, where a claim is durable once made): with nothing
-        unsettled an idle marker, once (its fellows then read the live value as its claim,
-        up to its epoch's end, however much they draw meanwhile); else its watermark. A
-        worker that publishes here must do so at the end of each step, and ``draw`` replaces
-        the marker before drawing."""
+    def share_claim(self, slot: int, durable: int | None = None) -> None:
+        """Publishes this worker's claim in the shared counter's ``slot``. With replication
+        the claim is ``durable``, its stream's chosen stamp, published when it rose. Without
+        (``durable`` None), where a claim is durable once made: with nothing unsettled an
+        idle marker, once (its fellows then read the live value as its claim, up to its
+        epoch's end, however much they draw meanwhile); else its watermark. A worker without
+        replication must publish here at the end of each step, and ``draw`` replaces the
+        marker before drawing."""
         shared = self._counter
         assert shared is not None
+        if durable is not None:
+            if durable > self._published:
+                self._published = shared.publish(slot, durable)
+            return
         if not self._unsettled:
             if self._idle_slot is None:
                 shared.idle(slot, self._epoch_end)

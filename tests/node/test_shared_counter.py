@@ -148,18 +148,40 @@ def test_an_idle_marker_claims_the_live_value_up_to_its_ceiling(tmp_path: Path, 
 ROUNDS = 30_000
 
 
+class _Recorded:
+    """The worker's shared counter, recording every value drawn in a register the moment the
+    fetch-and-add returns, whatever ShardWatermark.draw does around it."""
+
+    def __init__(self, counter: SharedCounter, drawn: SharedCounter) -> None:
+        self._counter, self._drawn = counter, drawn
+
+    def draw(self) -> int:
+        value = self._counter.draw()
+        self._drawn.raise_to(value)
+        return value
+
+    def value(self) -> int:
+        return self._counter.value()
+
+    def raise_to(self, floor: int, /) -> int:
+        return self._counter.raise_to(floor)
+
+    def publish(self, slot: int, claim: int, /) -> int:
+        return self._counter.publish(slot, claim)
+
+    def idle(self, slot: int, ceiling: int, /) -> None:
+        self._counter.idle(slot, ceiling)
+
+    def claim(self, slot: int, /) -> int:
+        return self._counter.claim(slot)
+
+
 def _busy_then_idle(path: str, registers: str, start: Any) -> None:
     """One worker: each round it leaves idle, draws, settles and goes idle again, recording
-    what it drew before the claim can say so and what it settled before its slot can."""
-    counter = SharedCounter(path)
+    what it drew as soon as it drew it and what it settled before its slot can say so."""
     drawn = SharedCounter(registers + "-drawn")
     settled = SharedCounter(registers + "-settled")
-    watermark = ShardWatermark(counter=counter)
-
-    def record(value: int) -> None:
-        drawn.raise_to(value)
-
-    watermark.on_draw = record
+    watermark = ShardWatermark(counter=_Recorded(SharedCounter(path), drawn))
     watermark.share_claim(0)
     start.wait()
     for _ in range(ROUNDS):
@@ -211,13 +233,11 @@ def test_drawing_before_replacing_the_idle_marker_is_seen(
         shared = self._counter
         assert shared is not None
         counter = self._last_drawn = shared.draw()
-        self._unsettled.add(counter)
-        self._drawn.append(counter)
-        if self.on_draw is not None:
-            self.on_draw(counter)
         slot, self._idle_slot = self._idle_slot, None
         if slot is not None:
             self._published = shared.publish(slot, counter - 1)
+        self._unsettled.add(counter)
+        self._drawn.append(counter)
         return counter
 
     monkeypatch.setattr(ShardWatermark, "draw", late)
