@@ -749,7 +749,7 @@ class ShardLeader:
                     self._learn(first + worker, shared.claim(worker))
         # Also with a shared counter: a fellow a failover promoted elsewhere counts alone,
         # and its claims can pass this counter.
-        top = self.vw.fellows_top(self.shard)
+        top = self.vw.shard_top(self.clock)
         if top > self._floor:
             self._floor = top
             self.watermark.raise_floor(top)

@@ -155,7 +155,7 @@ class ShardWatermark:
 
     def raise_floor(self, floor: int) -> None:
         """Values drawn from now on are above ``floor``: another worker of the shard claims
-        it (``VectorWatermark.fellows_top``). With a shared counter that is so already; a
+        it (``VectorWatermark.shard_top``). With a shared counter that is so already; a
         worker counting alone (one promoted in another region by a failover) jumps ahead,
         so that once idle it claims as much as its busiest fellow and does not hold its
         shard's watermark back."""
@@ -323,7 +323,7 @@ class VectorWatermark:
     and so raises their claims too. With one worker a unit is its shard and both are one.
     """
 
-    __slots__ = ("claims", "entries", "epoch", "moves", "pending", "workers")
+    __slots__ = ("claims", "entries", "epoch", "moves", "pending", "tops", "workers")
 
     def __init__(self, workers: int = 1) -> None:
         assert workers >= 1
@@ -331,6 +331,8 @@ class VectorWatermark:
         self.entries: dict[int, int] = {}
         # Per unit (workers > 1): the largest claim heard. One worker: the entries themselves.
         self.claims: dict[int, int] = self.entries if workers == 1 else {}
+        # Per shard (workers > 1): the largest claim of any of its units (``shard_top``).
+        self.tops: dict[int, int] = {}
         self.moves = 0  # how many times an entry or claim rose: "has it changed" for observers
         self.epoch = 0
         self.pending: dict[int, int] = {}  # by unit
@@ -342,7 +344,8 @@ class VectorWatermark:
                 self.pending[unit] = watermark
             return False
         claims = self.claims
-        if watermark <= claims.get(unit, 0):
+        old = claims.get(unit, 0)
+        if watermark <= old:
             return False
         claims[unit] = watermark
         self.moves += 1
@@ -350,9 +353,18 @@ class VectorWatermark:
         if workers == 1:
             return True
         shard = unit // workers
+        if watermark > self.tops.get(shard, 0):
+            self.tops[shard] = watermark
+        entry = self.entries.get(shard, 0)
+        if old > entry:
+            return False  # another unit's claim is the least, and it has not moved
         first = shard * workers
-        low = min(claims.get(first + w, 0) for w in range(workers))
-        if low > self.entries.get(shard, 0):
+        low = watermark
+        for fellow in range(first, first + workers):  # a loop: this is the hot path
+            claim = claims.get(fellow, 0)
+            if claim < low:
+                low = claim
+        if low > entry:
             self.entries[shard] = low
             return True
         return False
@@ -385,17 +397,12 @@ class VectorWatermark:
             moved |= self.learn(unit, watermark)
         return moved
 
-    def fellows_top(self, unit: int) -> int:
-        """The largest claim of another worker of ``unit``'s shard (0: none heard)."""
-        workers = self.workers
-        first = unit // workers * workers
-        claims = self.claims
-        top = 0
-        for fellow in range(first, first + workers):
-            if fellow != unit:
-                claim = claims.get(fellow, 0)
-                top = max(top, claim)
-        return top
+    def shard_top(self, shard: int) -> int:
+        """The largest claim heard of any unit of ``shard`` (0: none). A worker raises its
+        counter's floor to it: claims of a fellow counting alone (one a failover promoted
+        elsewhere) can pass the shared counter. Its own claim is among them, but is never
+        above what it drew, so the floor it sets is the fellows' top or a no-op."""
+        return self.tops.get(shard, 0)
 
     def __getitem__(self, shard: int) -> int:
         return self.entries.get(shard, 0)

@@ -93,13 +93,20 @@ def test_a_shards_entry_is_the_least_claim_of_its_workers() -> None:
     assert vw[0] == 7
     assert vw.learn(1, 12)
     assert vw[0] == 10
-    assert vw.fellows_top(0) == 12 and vw.fellows_top(1) == 10
+    assert vw.shard_top(0) == 12
     assert vw[1] == 0
     # A whole shard's watermark vouches for every worker of it.
     assert vw.learn_clocks({1: 5})
     assert vw.claims[2] == vw.claims[3] == 5 and vw[1] == 5
     assert not vw.learn_clocks({0: 9})  # below both claims: nothing moves
     assert vw[0] == 10
+    # Only a rise of the least claim moves the entry; the top follows every rise.
+    assert not vw.learn(1, 13)
+    assert vw[0] == 10 and vw.shard_top(0) == 13
+    assert vw.learn(0, 20)
+    assert vw[0] == 13 and vw.shard_top(0) == 20
+    assert vw.learn(1, 25)
+    assert vw[0] == 20 and vw.shard_top(0) == 25
 
 
 def test_a_workers_claim_of_a_later_epoch_waits_for_the_epoch() -> None:

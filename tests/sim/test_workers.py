@@ -115,7 +115,7 @@ def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
 def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(VectorWatermark, "fellows_top", lambda self, unit: 0)
+    monkeypatch.setattr(VectorWatermark, "shard_top", lambda self, shard: 0)
     caught(FAULTS, [12, 7], {"follower-diverged"})
 
 
