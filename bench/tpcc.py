@@ -62,7 +62,7 @@ class Session:
     """Where the benchmark runs: how to load it, drive it and read back its data."""
 
     target: Target
-    shard_count: int
+    layout: schema.Layout
 
     async def load(self, initial: InitialRows, progress: bool) -> None:
         raise NotImplementedError
@@ -91,18 +91,19 @@ class LocalSession(Session):
     """The in-process cluster: bulk preload (ITEM through transactions, to every shard), and
     reads straight from every leader's store."""
 
-    def __init__(self, shard_count: int, seed: int) -> None:
+    def __init__(self, layout: schema.Layout, seed: int) -> None:
         from bench.tpcc.local import SimulatedTarget
         from store.core.txn import Procedures
         from store.sim.local import LocalCluster
 
         registry = Procedures()
         procedures.register(registry)
+        assert layout.workers == 1, "the in-process cluster has no workers (parse_args refuses)"
         self.cluster = LocalCluster(
-            shard_count, registry, schema.partitioner(shard_count), seed=seed
+            layout.shards, registry, schema.partitioner(layout.shards), seed=seed
         )
         self.target = SimulatedTarget(self.cluster)
-        self.shard_count = shard_count
+        self.layout = layout
 
     async def load(self, initial: InitialRows, progress: bool) -> None:
         from bench.tpcc.local import load
@@ -129,7 +130,7 @@ class ClusterSession(Session):
         self.client = client
         self.config = config
         self.target = _SdkTarget(client)
-        self.shard_count = len(config.shards)
+        self.layout = schema.Layout(config.shard_count, config.workers)
         self.replicas, notes = replicas.replicas_of(config)
         self.dead: set[str] = set()  # replicas killed by --kill-leader-at
         for note in notes:
@@ -171,7 +172,7 @@ class ClusterSession(Session):
 
     async def rows(self, warehouses: Sequence[int]) -> dict[Key, Any]:
         return await consistency.snapshot(
-            self.target.run, warehouses, self.shard_count, page_rows=SNAPSHOT_PAGE_ROWS
+            self.target.run, warehouses, self.layout, page_rows=SNAPSHOT_PAGE_ROWS
         )
 
     async def close(self) -> None:
@@ -237,6 +238,10 @@ SNAPSHOT_PAGE_ROWS = 500
 RESUMES_MAX = 5
 # The wan-proxy's first port above --base-port (its control port is one below).
 WAN_PORT_OFFSET = 500
+# Units (shards times workers) of a started cluster at most: their ports (base_port + unit)
+# stay below the configuration manager's, and the wan-proxy's links (four per unit, from
+# base_port + 500) below the followers' replication ports (base_port + 1000 + unit).
+MAX_UNITS = 100
 # The configuration manager members' port above --base-port (one per region's address).
 CM_PORT_OFFSET = 400
 READY_TIMEOUT_S = 60.0
@@ -248,13 +253,16 @@ def cluster_file(
     base_port: int,
     regions: int = DEFAULT_REGIONS,
     rtt_ms: float = DEFAULT_RTT_MS,
+    workers: int = 1,
 ) -> Path:
     """A cluster file with the TPC-C procedures and their placement: warehouse w on shard
-    w mod S (the prefix partitioner), ITEM on every shard (``[placement] replicated``).
+    w mod S (the prefix partitioner), ITEM on every shard (``[placement] replicated``), and
+    with ``workers`` > 1 on worker (w // S) mod W of its shard (``schema.Layout``).
 
     Shard s's leader is 127.0.0.1:(base_port + s) in ``us``; with 3 regions its followers
     are 127.0.0.2 and 127.0.0.3 on the same port in ``eu`` and ``ap`` (replication on
     port + 1000), and the wan-proxy listens from base_port + 500 (control base_port + 499).
+    Worker w of a shard listens on those ports plus w * S.
     """
     names = REGION_NAMES[:regions]
     lines = [
@@ -266,6 +274,10 @@ def cluster_file(
         f"python_path = [{json.dumps(str(REPO))}]",
         f"procedures = [{json.dumps(PROCEDURE_MODULE)}]",
         'partitioner = "prefix"',
+    ]
+    if workers > 1:
+        lines += [f"workers = {workers}", f"worker_port_stride = {shard_count}"]
+    lines += [
         "[placement]",
         f"replicated = {json.dumps(list(schema.REPLICATED_TABLES))}",
         "[settings]",
@@ -316,7 +328,9 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
         config = config_module.load(args.connect)
         if PROCEDURE_MODULE not in config.procedures:
             raise SystemExit(f'tpcc: {args.connect} needs procedures including "{PROCEDURE_MODULE}"')
-        problem = schema.placement_problem(config.partitioner(), len(config.shards))
+        problem = schema.placement_problem(
+            config.partitioner(), schema.Layout(config.shard_count, config.workers)
+        )
         if problem is not None:
             raise SystemExit(
                 f'tpcc: {args.connect} needs partitioner = "prefix" and [placement] replicated'
@@ -326,7 +340,9 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
     from store.node.up import ProcessCluster
 
     config = config_module.load(
-        cluster_file(run_dir, args.shards, args.base_port, args.regions, args.rtt_ms)
+        cluster_file(
+            run_dir, args.shards, args.base_port, args.regions, args.rtt_ms, args.workers
+        )
     )
     processes = ProcessCluster(config)
     processes.start()
@@ -337,7 +353,7 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
         raise
     followers = sum(len(shard.followers) for shard in config.shards)
     _log(
-        f"tpcc: started {len(config.shards)} shard leaders"
+        f"tpcc: started {len(config.shards)} shard leader processes"
         + (
             f" and {followers} followers in {', '.join(config.regions[1:])}"
             f" ({config.wan.rtt_ms:g} ms round trips)"
@@ -373,7 +389,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"round trip between regions of a started cluster (default {DEFAULT_RTT_MS:g})",
     )
     parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--warehouses-per-shard", type=int, default=2)
+    parser.add_argument(
+        "--workers", type=int, default=1,
+        help="worker processes per shard leader of a started cluster (default 1)",
+    )
+    parser.add_argument(
+        "--warehouses-per-shard", type=int, default=2,
+        help="warehouses per shard, or per worker of one with --workers (default 2)",
+    )
     parser.add_argument(
         "--clients", type=int, default=None,
         help=f"terminals (default {DEFAULT_CLIENTS_PER_WAREHOUSE} per warehouse)",
@@ -388,13 +411,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--kill-leader-at", type=float, metavar="S",
         help="SIGKILL shard 0's leader S seconds into the run (a started 3-region cluster)",
     )
-    parser.add_argument("--workers", type=int, default=1, help="processes generating warehouses")
+    parser.add_argument(
+        "--load-processes", type=int, default=1, help="processes generating warehouses"
+    )
     parser.add_argument("--run-dir", type=Path, default=None, help="default runs/tpcc-<time>")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or live lines")
     args = parser.parse_args(argv)
     if args.shards < 1 or args.warehouses_per_shard < 1 or args.duration <= 0:
         parser.error("--shards, --warehouses-per-shard and --duration must be positive")
+    if args.workers < 1 or args.load_processes < 1:
+        parser.error("--workers and --load-processes must be positive")
+    if args.workers > 1 and args.local:
+        parser.error("--workers: the in-process cluster (--local) has no workers")
+    if args.workers > 1 and args.connect is not None:
+        parser.error("--workers: a running cluster (--connect) has the workers its file sets")
+    if args.shards * args.workers > MAX_UNITS:
+        parser.error(f"--shards times --workers must be at most {MAX_UNITS} (the ports used)")
     if args.clients is not None and args.clients < 1:
         parser.error("--clients must be positive")
     if args.rtt_ms < 0:
@@ -480,19 +513,23 @@ async def _kill_leader(session: ClusterSession, at_s: float) -> dict[str, Any]:
 async def benchmark(
     args: argparse.Namespace, run_dir: Path, cluster_config: Any | None
 ) -> dict[str, Any]:
-    shard_count = args.shards if cluster_config is None else len(cluster_config.shards)
-    warehouses = list(range(1, shard_count * args.warehouses_per_shard + 1))
+    layout = (
+        schema.Layout(args.shards) if cluster_config is None
+        else schema.Layout(cluster_config.shard_count, cluster_config.workers)
+    )
+    warehouses = list(range(1, layout.units * args.warehouses_per_shard + 1))
     terminals = args.clients or DEFAULT_CLIENTS_PER_WAREHOUSE * len(warehouses)
     scale = Scale.shrunk(args.scale_factor)
     progress = not args.no_progress
     if cluster_config is None:
-        session: Session = LocalSession(shard_count, args.seed)
+        session: Session = LocalSession(layout, args.seed)
     else:
         session = await connect_cluster(cluster_config, terminals)
     try:
         started = time.monotonic()
         initial = loader.initial_rows(
-            warehouses, shard_count, scale, seed=args.seed, workers=args.workers, progress=progress
+            warehouses, layout, scale, seed=args.seed, processes=args.load_processes,
+            progress=progress,
         )
         await session.load(initial, progress)
         del initial
@@ -503,7 +540,7 @@ async def benchmark(
         )
 
         config = DriverConfig(
-            warehouses, shard_count, scale, terminals, seed=args.seed, duration_s=args.duration,
+            warehouses, layout, scale, terminals, seed=args.seed, duration_s=args.duration,
             run_id=re.sub(r"[^A-Za-z0-9-]", "-", run_dir.name),
         )
         driver = Driver(session.target, config, on_second=None if args.no_progress else _live_line)
@@ -530,7 +567,7 @@ async def benchmark(
     if killed is not None:
         report["killed"] = killed
     title = (
-        f"TPC-C, {len(warehouses)} warehouses on {shard_count} shards, {terminals} terminals"
+        f"TPC-C, {len(warehouses)} warehouses on {layout.describe()}, {terminals} terminals"
         + (" (in-process)" if args.local else "")
     )
     plot = write_throughput(report, run_dir, title)
@@ -564,7 +601,8 @@ async def benchmark(
             "mode": "local" if args.local else "cluster",
             "regions": [] if cluster_config is None else list(cluster_config.regions),
             "replicas_checked": replica_names,
-            "shards": shard_count,
+            "shards": layout.shards,
+            "workers": layout.workers,
             "warehouses": len(warehouses),
             "terminals": terminals,
             "duration_s": args.duration,
@@ -597,7 +635,8 @@ def human_report(report: dict[str, Any]) -> str:
     if setup["regions"]:
         where += ", regions " + "/".join(setup["regions"])
     lines = [
-        f"TPC-C: {setup['warehouses']} warehouses on {setup['shards']} shards, "
+        f"TPC-C: {setup['warehouses']} warehouses on "
+        f"{schema.Layout(setup['shards'], setup.get('workers', 1)).describe()}, "
         f"{setup['terminals']} terminals, {report['elapsed_s']:.1f} s ({where})",
         f"  throughput     {report['txn_per_s']:.1f} transactions/s, "
         f"{report['new_order_per_min']:.0f} New-Orders/min",

@@ -348,11 +348,13 @@ class TpccRun:
     WAREHOUSES_PER_SHARD = 1
 
     def __init__(self, config: Any, options: Options) -> None:
-        from bench.tpcc.schema import Scale
+        from bench.tpcc.schema import Layout, Scale
 
         self.config = config
         self.options = options
-        self.warehouses = list(range(1, len(config.shards) * self.WAREHOUSES_PER_SHARD + 1))
+        # With workers a shard's units each hold warehouses (bench/tpcc/schema.py, Layout).
+        self.layout = Layout(config.shard_count, config.workers)
+        self.warehouses = list(range(1, self.layout.units * self.WAREHOUSES_PER_SHARD + 1))
         self.scale = Scale.shrunk(10.0)
         self.session: Any = None
         self.after_load: dict[str, Any] = {}
@@ -364,7 +366,7 @@ class TpccRun:
 
         self.session = await tpcc_bench.connect_cluster(self.config, self.options.concurrency)
         rows = loader.initial_rows(
-            self.warehouses, len(self.config.shards), self.scale, seed=self.options.seed,
+            self.warehouses, self.layout, self.scale, seed=self.options.seed,
             progress=False,
         )
         await self.session.load(rows, False)
@@ -403,7 +405,7 @@ class TpccRun:
                 return done
 
         config = DriverConfig(
-            self.warehouses, len(self.config.shards), self.scale, self.options.concurrency,
+            self.warehouses, self.layout, self.scale, self.options.concurrency,
             seed=self.options.seed, duration_s=self.options.time_limit_s, run_id="jepsen",
         )
         await Driver(Recording(), config).run()
@@ -624,8 +626,11 @@ def options_from(args: argparse.Namespace) -> Options:
             "jepsen: --time-limit, --concurrency, --shards and --workers must be positive"
         )
     if args.workers > 1 and args.workload == "tpcc":
-        raise SystemExit("jepsen: --workers with tpcc is not built (its warehouse placement "
-                         "assumes one worker per shard)")
+        # Placed right since bench/tpcc's Layout, but a 30 s kill run (seed 2, 2026-12-03)
+        # ended with eu's followers an epoch behind and the leaders' tpcc_scan reads aborted
+        # by conflicts: not investigated yet.
+        raise SystemExit("jepsen: --workers with tpcc is not supported yet (after worker "
+                         "kills its followers were seen not to catch up)")
     if args.rate is not None and args.rate <= 0:
         raise SystemExit("jepsen: --rate must be positive")
     return Options(

@@ -262,18 +262,18 @@ Run = Callable[..., Awaitable[Any]]
 
 
 async def snapshot(
-    run: Run, warehouses: Iterable[int], shard_count: int, page_rows: int = 5000
+    run: Run, warehouses: Iterable[int], layout: schema.Layout, page_rows: int = 5000
 ) -> dict[Key, Any]:
     """Reads every TPC-C table of ``warehouses`` through ``tpcc_scan`` pages.
 
     Each page is its own transaction, so the result is a consistent snapshot only when no
     other transaction runs meanwhile (after a run, as clause 3.3.2 checks are made).
-    ``run(name, *args, shard=s)`` must accept the shard to submit to, so each page is read
-    where it lives.
+    ``run(name, *args, shard=s)`` must accept the shard (the unit, with workers) to submit
+    to, so each page is read where it lives.
     """
     rows: dict[Key, Any] = {}
     for w_id in warehouses:
-        shard = schema.warehouse_shard(w_id, shard_count)
+        shard = layout.unit_of(w_id)
         for table in schema.WAREHOUSE_TABLES:
             lo, hi = schema.table_range(table, w_id)
             while True:

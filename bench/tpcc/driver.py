@@ -93,7 +93,7 @@ class Inputs:
         constants: rand.NURandConstants,
         scale: Scale,
         warehouses: list[int],
-        shard_count: int,
+        layout: schema.Layout,
         home_w_id: int,
         home_d_id: int,
         rollbacks: rand.Deck[bool],
@@ -104,7 +104,7 @@ class Inputs:
         self.constants = constants
         self.scale = scale
         self.warehouses = warehouses
-        self.shard_count = shard_count
+        self.layout = layout
         self.w_id = home_w_id
         self.d_id = home_d_id
         self.rollbacks = rollbacks
@@ -112,7 +112,7 @@ class Inputs:
         self._history_seq = 0
 
     def shard_of(self, w_id: int) -> int:
-        return schema.warehouse_shard(w_id, self.shard_count)
+        return self.layout.unit_of(w_id)
 
     def _remote_warehouse(self) -> int:
         others = [w for w in self.warehouses if w != self.w_id]
@@ -275,7 +275,7 @@ def _latency_summary(stats: TypeStats) -> dict[str, float | None]:
 @dataclass
 class DriverConfig:
     warehouses: list[int]
-    shard_count: int
+    layout: schema.Layout
     scale: Scale
     terminals: int
     seed: int = 0
@@ -321,7 +321,7 @@ class Driver:
         rng = random.Random(f"tpcc-terminal/{config.seed}/{index}")
         prefix = f"{config.run_id or f's{config.seed}'}-t{index}"
         return Inputs(
-            rng, self.constants, config.scale, warehouses, config.shard_count,
+            rng, self.constants, config.scale, warehouses, config.layout,
             home_w_id, home_d_id, self.rollbacks, prefix,
         )
 

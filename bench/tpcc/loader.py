@@ -221,24 +221,24 @@ def _generate(job: tuple[str, int, Scale, int]) -> tuple[str, int, dict[Key, Any
 
 def initial_rows(
     warehouses: Sequence[int],
-    shard_count: int,
+    layout: schema.Layout,
     scale: Scale,
     seed: int = 0,
-    workers: int = 1,
+    processes: int = 1,
     progress: bool = False,
 ) -> InitialRows:
-    """The initial database: one {key: value} dict per shard, and ITEM.
+    """The initial database: one {key: value} dict per unit (a shard, or a worker of one:
+    ``layout.unit_of``), and ITEM.
 
-    Warehouse w goes to shard w mod ``shard_count``. ``workers`` > 1 generates warehouses
-    in that many processes; ``progress`` shows a tqdm bar of warehouses (and ITEM)
-    generated.
+    ``processes`` > 1 generates warehouses in that many processes; ``progress`` shows a
+    tqdm bar of warehouses (and ITEM) generated.
     """
     jobs = [("items", 0, scale, seed)]
     jobs += [("warehouse", w_id, scale, seed) for w_id in warehouses]
-    initial = InitialRows([{} for _ in range(shard_count)], {})
+    initial = InitialRows([{} for _ in range(layout.units)], {})
     results: Iterable[tuple[str, int, dict[Key, Any]]]
-    if workers > 1:
-        pool = ProcessPoolExecutor(max_workers=workers)
+    if processes > 1:
+        pool = ProcessPoolExecutor(max_workers=processes)
         results = pool.map(_generate, jobs)
     else:
         pool = None
@@ -248,7 +248,7 @@ def initial_rows(
             if kind == "items":
                 initial.items = rows
             else:
-                initial.by_shard[schema.warehouse_shard(ident, shard_count)].update(rows)
+                initial.by_shard[layout.unit_of(ident)].update(rows)
     finally:
         if pool is not None:
             pool.shutdown()

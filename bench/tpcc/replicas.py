@@ -122,9 +122,9 @@ async def wait_caught_up(
     client: Any, config: Any, timeout_s: float = CATCH_UP_TIMEOUT_S, dead: set[str] | None = None
 ) -> dict[str, Any]:
     """Waits (at most ``timeout_s``) until every follower's vector watermark covers every
-    leader's durable watermark of now. The leaders are the cluster map's (after a failover a
-    follower of the cluster file may lead its shard: it is not waited for, nor is a replica
-    in ``dead``).
+    shard's durable watermark of now (with workers the least of its workers' claims). The
+    leaders are the cluster map's (after a failover a follower of the cluster file may lead
+    its shard: it is not waited for, nor is a replica in ``dead``).
 
     Returns ``{"behind": {region: the greatest shortfall of its followers, in counter
     values (0: caught up)}, "waited_s": seconds}``.
@@ -134,11 +134,12 @@ async def wait_caught_up(
     started = time.monotonic()
     _, leaders = await client.cluster_map()
     dead = dead or set()
-    target: dict[int, int] = {}
+    marks: dict[int, int] = {}
     for shard, status in enumerate(await client.status()):
         if status is None:
             raise RuntimeError(f"the leader of shard {shard} does not answer")
-        target[shard] = int(status["watermark"])
+        marks[shard] = int(status["watermark"])
+    target = config.partitioner().clock_marks(marks)  # by vector-clock entry
     probes = _probe_keys(config)
     pending = [
         (shard.shard, region) for shard in config.shards for region, (host, port) in shard.followers

@@ -218,6 +218,35 @@ def stored_after(key: Key) -> str:
     return pack(key_after(key))
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where the warehouses are: ``shards`` shards of ``workers`` worker processes each
+    (docs/design.md, "Workers"). The benchmark addresses **units** (``shard * workers +
+    worker``; without workers a unit is a shard): the cluster file's ``partitioner =
+    "prefix"`` puts warehouse w on shard w mod S, and its worker is (w // S) mod W
+    (``PrefixPartitioner.worker_of``), so that consecutive warehouses go round every unit
+    and a warehouse's rows stay on one worker."""
+
+    shards: int
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.shards < 1 or self.workers < 1:
+            raise ValueError(f"a layout needs shards and workers >= 1, not {self}")
+
+    @property
+    def units(self) -> int:
+        return self.shards * self.workers
+
+    def unit_of(self, w_id: int) -> int:
+        """The unit holding warehouse ``w_id``."""
+        return (w_id % self.shards) * self.workers + (w_id // self.shards) % self.workers
+
+    def describe(self) -> str:
+        shards = f"{self.shards} shard{'s' if self.shards != 1 else ''}"
+        return shards if self.workers == 1 else f"{shards} of {self.workers} workers"
+
+
 def partitioner(shard_count: int) -> PrefixPartitioner:
     """The placement the benchmark needs: warehouse w on shard w mod S, ITEM on every shard
     (what the cluster file's ``partitioner = "prefix"`` and ``[placement] replicated =
@@ -225,18 +254,17 @@ def partitioner(shard_count: int) -> PrefixPartitioner:
     return PrefixPartitioner(shard_count, field=1, replicated_tables=REPLICATED_TABLES)
 
 
-def placement_problem(placement: Partitioner, shard_count: int) -> str | None:
+def placement_problem(placement: Partitioner, layout: Layout) -> str | None:
     """What is wrong with a cluster's placement for TPC-C, or None: every warehouse table
-    must put warehouse w on shard w mod S, and ITEM must be replicated."""
+    must put warehouse w on ``layout.unit_of(w)``, and ITEM must be replicated."""
     if not placement.is_replicated(pack(item_key(1))):
         return 'ITEM is not replicated ([placement] replicated = ["item"])'
     for table in WAREHOUSE_TABLES:
-        for w_id in range(1, shard_count + 1):
-            if placement.shard_of(pack((table, w_id, 1))) != warehouse_shard(w_id, shard_count):
-                return f"{table} keys of warehouse {w_id} are not on shard w mod {shard_count}"
+        for w_id in range(1, 2 * layout.units + 1):
+            unit = layout.unit_of(w_id)
+            if placement.shard_of(pack((table, w_id, 1))) != unit:
+                where = f"unit {unit} (shard w mod S, worker (w // S) mod W)" if layout.workers > 1 else (
+                    f"shard w mod {layout.shards}"
+                )
+                return f"{table} keys of warehouse {w_id} are not on {where}"
     return None
-
-
-def warehouse_shard(w_id: int, shard_count: int) -> int:
-    """The shard of a warehouse under ``PrefixPartitioner(shard_count, field=1)``."""
-    return w_id % shard_count

@@ -354,9 +354,17 @@ class Client:
         reply = await self._drive(self.protocol.snapshot(shard, address, request))
         lag = None
         if with_lag:
-            leader_status = (await self.status())[shard]
-            if leader_status is not None:
-                lag = max(0, int(leader_status["watermark"]) - reply.vw[shard])
+            # The shard's watermark at its leader: with workers, the least of theirs (each
+            # reports its own claim), and the follower's vector keeps the shard's entry.
+            partitioner = self.partitioner
+            marks = {
+                unit: int(status["watermark"]) for unit, status in enumerate(await self.status())
+                if status is not None
+            }
+            clock = partitioner.clock_of(shard)
+            leader_mark = partitioner.clock_marks(marks).get(clock)
+            if leader_mark is not None:
+                lag = max(0, leader_mark - reply.vw[clock])
         scanned = [[(from_stored(key), value) for key, value in found] for found in reply.scans]
         return SnapshotResult(
             dict(zip(keys, reply.values, strict=True)), scanned, shard, region, reply.vw, lag

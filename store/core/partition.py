@@ -70,6 +70,19 @@ class Partitioner:
         shard of a worker)."""
         return shard
 
+    def clock_marks(self, marks: Mapping[int, int]) -> dict[int, int]:
+        """Watermarks by vector-clock entry from ``marks`` by unit (what each shard leader
+        process reports as its ``watermark``: with workers, one worker's claim). A shard's
+        is the least of its units' (the shard's watermark); a shard with a unit missing
+        from ``marks`` is left out: its watermark is not known."""
+        by_clock: dict[int, int] = {}
+        count: dict[int, int] = {}
+        for unit, mark in marks.items():
+            clock = self.clock_of(unit)
+            by_clock[clock] = min(by_clock.get(clock, mark), mark)
+            count[clock] = count.get(clock, 0) + 1
+        return {clock: mark for clock, mark in by_clock.items() if count[clock] == self.workers}
+
     def is_replicated(self, key: str) -> bool:
         return False
 
@@ -97,6 +110,11 @@ class Partitioner:
         shard's (``crc // S``), so that the keys of one shard spread over its workers
         whatever S and W are."""
         return (zlib.crc32(key.encode()) // self.shard_count) % workers
+
+    def workers_of_range(self, lo: str, hi: str, workers: int) -> Sequence[int]:
+        """Which of a shard's ``workers`` may hold keys in [lo, hi) (``shards_of_range`` one
+        level down). Hashing scatters ranges: every worker."""
+        return range(workers)
 
 
 class PrefixPartitioner(Partitioner):
@@ -218,16 +236,27 @@ class PrefixPartitioner(Partitioner):
         return at if at >= 0 else super().shard_of(key)  # a replicated key: routing only
 
     def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
-        rule = self._rule(lo)
-        if rule is None or table_of(lo) in self._replicated:
-            return range(self.shard_count)
-        field = rule[0]
-        lo_field, hi_field = self._field(lo, field), self._field(hi, field)
-        if lo_field is not None and hi_field is not None and lo_field[1] == hi_field[1]:
+        if self._placed_range(lo, hi):
             placed = self._placed(lo)
             assert placed is not None
             return (placed,)
         return range(self.shard_count)
+
+    def workers_of_range(self, lo: str, hi: str, workers: int) -> Sequence[int]:
+        """One worker when the range's keys share their placed field (``worker_of`` follows
+        it), else every worker."""
+        if self._placed_range(lo, hi):
+            return (self.worker_of(lo, workers),)
+        return range(workers)
+
+    def _placed_range(self, lo: str, hi: str) -> bool:
+        """Whether every key in [lo, hi) has one placed field (so one home)."""
+        rule = self._rule(lo)
+        if rule is None or table_of(lo) in self._replicated:
+            return False
+        field = rule[0]
+        lo_field, hi_field = self._field(lo, field), self._field(hi, field)
+        return lo_field is not None and hi_field is not None and lo_field[1] == hi_field[1]
 
     def worker_of(self, key: str, workers: int) -> int:
         """A placed key's worker follows its field, so everything of one warehouse stays on
@@ -288,8 +317,11 @@ class WorkerPartitioner(Partitioner):
         return True
 
     def shards_of_range(self, lo: str, hi: str) -> Sequence[int]:
-        workers = self.workers
-        return [s * workers + w for s in self.base.shards_of_range(lo, hi) for w in range(workers)]
+        base, workers = self.base, self.workers
+        return [
+            s * workers + w for s in base.shards_of_range(lo, hi)
+            for w in base.workers_of_range(lo, hi, workers)
+        ]
 
     def worker_of(self, key: str, workers: int) -> int:
         raise AssertionError("a WorkerPartitioner's units have no workers of their own")

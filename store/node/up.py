@@ -492,11 +492,14 @@ def format_processes(
     the records it recovered from its write-ahead log when it started, the log's size, and
     the watermark of the snapshot it went on from (a restarted follower)."""
     lag_slots: dict[str, int] = {}
+    # By vector-clock entry: a follower's "watermark" is its shard's, and with workers a
+    # leader process reports its worker's claim, so a shard's is the least of its workers'.
     leader_marks: dict[int, int] = {}
-    for status in statuses:
+    for node, status in zip(nodes, statuses, strict=True):
         if status is not None and status.get("role") == "leader":
             lag_slots.update(status.get("follower_lag_slots", {}))
-            leader_marks[int(status["shard"])] = int(status["watermark"])
+            clock = int(status["shard"]) // node.workers
+            leader_marks[clock] = min(leader_marks.get(clock, int(status["watermark"])), int(status["watermark"]))
     lines = [
         f"{'process':<14} {'role':<9} {'shard':>5} {'region':<7} {'address':<21} {'pid':>7} "
         f"{'lag':<22} {'disk':<44} metrics"
@@ -512,7 +515,7 @@ def format_processes(
                 lag = "rejoining"
             else:
                 slots = lag_slots.get(node.address)
-                mark = leader_marks.get(node.shard)
+                mark = leader_marks.get(node.shard // node.workers)
                 behind = (
                     max(0, mark - int(status["watermark"]))
                     if mark is not None and mark >> EPOCH_SHIFT == int(status["watermark"]) >> EPOCH_SHIFT

@@ -151,6 +151,22 @@ def test_a_shards_keys_spread_over_its_workers_one_warehouse_on_one(shards: int,
     assert {Partitioner(shards).worker_of(f"k{i}", 1) for i in range(100)} == {0}
 
 
+def test_a_range_is_read_on_the_one_worker_that_holds_it() -> None:
+    """A snapshot read covers one unit: a range within one warehouse (TPC-C's scans) must
+    map to its worker alone, and a range across warehouses to every unit it may touch, also
+    with one shard (where every range is on shard 0, but not on one worker)."""
+    for shards, workers in ((1, 2), (2, 2), (3, 4)):
+        units = WorkerPartitioner(PrefixPartitioner(shards, field=1, replicated_tables=["item"]), workers)
+        for w in range(1, 20):
+            lo, hi = prefix_range(("order_line", w))
+            assert list(units.shards_of_range(lo, hi)) == [units.shard_of(pack(("order_line", w, 3, 1)))]
+        lo, hi = pack(("order_line", 1)), pack(("order_line", 3))
+        touched = sorted(units.shards_of_range(lo, hi))
+        assert len(touched) == (workers if shards == 1 else shards * workers)
+        lo, hi = prefix_range(("item",))
+        assert len(units.shards_of_range(lo, hi)) == shards * workers  # replicated: anywhere
+
+
 def test_range_placed_keys_spread_over_workers_by_their_field() -> None:
     split = PrefixPartitioner(2, field=None, tables={"stock": (1, [10])})
     assert [split.worker_of(pack(("stock", w, 1)), 2) for w in range(8, 13)] == [0, 1, 0, 1, 0]
@@ -166,7 +182,15 @@ def test_a_worker_partitioner_puts_each_key_on_its_shards_worker(base: Partition
         assert unit == base.shard_of(key) * 2 + base.worker_of(key, 2)
         assert units.clock_of(unit) == base.shard_of(key)  # its counter is its shard's
         assert units.owns_all([key], unit) and not units.owns_all([key], unit ^ 1)
-    assert sorted(units.shards_of_range("t/1/", "t/1/~")) in ([2, 3], [0, 1, 2, 3, 4, 5])
+    one_warehouse = sorted(units.shards_of_range("t/1/", "t/1/~"))
+    if isinstance(base, PrefixPartitioner):  # one warehouse's range: its worker alone
+        assert one_warehouse == [units.shard_of("t/1/x")]
+    else:
+        assert one_warehouse == [0, 1, 2, 3, 4, 5]
     assert list(units.shards_of_range("a", "b")) == [0, 1, 2, 3, 4, 5]
+    # Leaders' reported watermarks by unit, as a shard's: the least of its workers'; a shard
+    # with a worker unheard of is not known.
+    assert units.clock_marks({0: 9, 1: 4, 2: 7, 3: 8, 4: 5}) == {0: 4, 1: 7}
+    assert base.clock_marks({0: 9, 2: 7}) == {0: 9, 2: 7}
     with pytest.raises(ValueError):
         WorkerPartitioner(base, 0)

@@ -24,7 +24,7 @@ TINY = schema.Scale(items=200, customers_per_district=30, new_orders_per_distric
 def _generated(
     warehouses: tuple[int, ...], shard_count: int, scale: schema.Scale, seed: int
 ) -> loader.InitialRows:
-    return loader.initial_rows(warehouses, shard_count, scale, seed=seed)
+    return loader.initial_rows(warehouses, schema.Layout(shard_count), scale, seed=seed)
 
 
 def _copy(rows: dict[Key, Any]) -> dict[Key, Any]:
@@ -45,6 +45,7 @@ class Tiny:
     ) -> None:
         self.warehouses = warehouses
         self.shard_count = shard_count
+        self.layout = schema.Layout(shard_count)
         self.scale = scale
         registry = Procedures()
         procedures.register(registry)
@@ -57,12 +58,12 @@ class Tiny:
             if key[0] in schema.REPLICATED_TABLES:
                 initial.items[key] = value
             else:
-                initial.by_shard[schema.warehouse_shard(key[1], shard_count)][key] = value
+                initial.by_shard[self.layout.unit_of(key[1])][key] = value
         load(self.cluster, initial)
 
     def run(self, name: str, w_id: int, *args: Any) -> Any:
         """Runs a TPC-C procedure at its home warehouse's shard."""
-        shard = schema.warehouse_shard(w_id, self.shard_count)
+        shard = self.layout.unit_of(w_id)
         return self.cluster.run(name, w_id, *args, shard=shard)
 
     def rows(self) -> dict[Key, Any]:

@@ -12,7 +12,7 @@ import pytest
 from bench.tpcc import consistency, schema
 from bench.tpcc.driver import Driver, DriverConfig
 from bench.tpcc.local import SimulatedTarget
-from bench.tpcc.schema import Key
+from bench.tpcc.schema import Key, Layout
 from tests.tpcc.conftest import TINY, Tiny
 
 ALL = set(consistency.CONDITIONS)
@@ -34,7 +34,7 @@ def test_all_conditions_hold_after_a_mixed_concurrent_run_on_two_shards() -> Non
     payments across the shards, rollbacks, deliveries."""
     tiny = Tiny([1, 2, 3, 4], 2)
     target = SimulatedTarget(tiny.cluster)
-    config = DriverConfig([1, 2, 3, 4], 2, TINY, terminals=8, seed=3, transactions_per_terminal=60)
+    config = DriverConfig([1, 2, 3, 4], Layout(2), TINY, terminals=8, seed=3, transactions_per_terminal=60)
     stats = asyncio.run(Driver(target, config).run())
     report = stats.report()
     assert report["transactions"] == 8 * 60
@@ -43,7 +43,7 @@ def test_all_conditions_hold_after_a_mixed_concurrent_run_on_two_shards() -> Non
     assert report["abort_rate"] > 0  # the terminals did interleave and conflict
     assert not report["errors"]
     # The transactional snapshot and the replicas' stores agree, and both are consistent.
-    snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2, 3, 4], 2))
+    snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2, 3, 4], Layout(2)))
     rows = tiny.rows()
     assert snapshot == {key: value for key, value in rows.items() if key[0] != "item"}
     verdict = consistency.check(snapshot, TINY)
@@ -134,7 +134,7 @@ def test_loading_through_transactions_and_a_paged_snapshot_give_back_the_same_ro
     procedures.register(registry)
     cluster = LocalCluster(2, registry, schema.partitioner(2))
     target = SimulatedTarget(cluster)
-    initial = loader.initial_rows([1, 2], 2, TINY, seed=5)
+    initial = loader.initial_rows([1, 2], Layout(2), TINY, seed=5)
     written = asyncio.run(loader.load_through_transactions(target.run, initial, concurrency=4))
     expected = initial.all()
     assert written == len(expected)
@@ -144,6 +144,6 @@ def test_loading_through_transactions_and_a_paged_snapshot_give_back_the_same_ro
         held = {unpack(key) for key in cluster.replica(shard).store.all_keys()}
         assert held == initial.by_shard[shard].keys() | initial.items.keys()
     assert all(key[1] % 2 == shard for shard, rows in enumerate(initial.by_shard) for key in rows)
-    snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2], 2, page_rows=97))
+    snapshot = asyncio.run(consistency.snapshot(target.run, [1, 2], Layout(2), page_rows=97))
     assert snapshot == {key: value for key, value in expected.items() if key[0] != "item"}
     assert consistency.check(snapshot, TINY).all_true

@@ -17,6 +17,7 @@ import pytest
 from bench.tpcc import consistency, loader, rand
 from bench.tpcc.driver import Completed, Driver, DriverConfig, Inputs
 from bench.tpcc.local import SimulatedTarget
+from bench.tpcc.schema import Layout
 from store.core.errors import Aborted, UserAborted
 from tests.tpcc.conftest import TINY, Tiny
 
@@ -27,7 +28,7 @@ def inputs(warehouses: list[int], shard_count: int, seed: int = 1) -> Inputs:
     rng = random.Random(seed)
     constants = rand.load_constants(rng)
     deck = rand.rollback_deck(rng)
-    return Inputs(rng, constants, TINY, warehouses, shard_count, warehouses[0], 1, deck, "test")
+    return Inputs(rng, constants, TINY, warehouses, Layout(shard_count), warehouses[0], 1, deck, "test")
 
 
 def test_new_order_inputs_have_1_percent_remote_lines_and_1_percent_rollbacks() -> None:
@@ -91,7 +92,7 @@ class FakeTarget:
 
 def test_driver_counts_aborts_and_rollbacks_apart_and_deals_the_exact_mix() -> None:
     target = FakeTarget()
-    config = DriverConfig([1, 2], 2, TINY, terminals=4, seed=2, transactions_per_terminal=500)
+    config = DriverConfig([1, 2], Layout(2), TINY, terminals=4, seed=2, transactions_per_terminal=500)
     report = asyncio.run(Driver(target, config, clock=target.clock).run()).report()
     assert report["transactions"] == 2000
     per_type = report["per_type"]
@@ -119,7 +120,7 @@ def test_eight_terminals_on_one_warehouse_stay_consistent() -> None:
     """The issue's heavy-contention case: every terminal fights over one warehouse's rows."""
     tiny = Tiny([1], 1)
     target = SimulatedTarget(tiny.cluster)
-    config = DriverConfig([1], 1, TINY, terminals=8, seed=4, transactions_per_terminal=40)
+    config = DriverConfig([1], Layout(1), TINY, terminals=8, seed=4, transactions_per_terminal=40)
     report = asyncio.run(Driver(target, config).run()).report()
     assert report["transactions"] == 320 and not report["errors"]
     # On one shard the leader runs each transaction's reads and certification in one step,

@@ -2,7 +2,8 @@
 
 A real 3-region cluster (leaders in us, followers in eu and ap, a few ms between regions)
 is loaded with a tiny database and driven for a moment; each region's followers must then
-hold exactly the leaders' rows, and all twelve conditions must hold on every replica.
+hold exactly the leaders' rows, and all twelve conditions must hold on every replica. The
+same with shards of two workers (a warehouse on each unit).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from store.node.up import ProcessCluster
 from store.rpc.aio import new_event_loop
 from tests.tpcc.conftest import TINY
 
-WAREHOUSES = [1, 2]
 SHARDS = 2
 
 
@@ -46,11 +46,13 @@ def run(coroutine):  # type: ignore[no-untyped-def]
         loop.close()
 
 
-@pytest.fixture(scope="module")
-def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
-    base_port = 27000 + (os.getpid() % 100) * 10
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-worker", "two-workers"])
+def geo(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ProcessCluster]:
+    workers = request.param
+    base_port = 27000 + (os.getpid() % 100) * 10 + 1000 * (workers - 1)
     path = command_module().cluster_file(
-        tmp_path_factory.mktemp("tpcc-geo"), SHARDS, base_port, regions=3, rtt_ms=4.0
+        tmp_path_factory.mktemp("tpcc-geo"), SHARDS, base_port, regions=3, rtt_ms=4.0,
+        workers=workers,
     )
     cluster = ProcessCluster(config_module.load(path))
     cluster.start()
@@ -66,7 +68,7 @@ def test_a_generated_three_region_file_has_followers_in_eu_and_ap(tmp_path: Path
     config = config_module.load(command.cluster_file(tmp_path, 2, 7500, regions=3, rtt_ms=50))
     assert config.partitioner_kind == "prefix" and command.PROCEDURE_MODULE in config.procedures
     assert config.replicated_tables == ("item",)
-    assert schema.placement_problem(config.partitioner(), 2) is None
+    assert schema.placement_problem(config.partitioner(), schema.Layout(2)) is None
     assert config.regions == ("us", "eu", "ap") and config.wan is not None
     assert config.wan.rtt_ms == 50
     assert [s.region for s in config.shards] == ["us", "us"]
@@ -137,12 +139,24 @@ def test_a_connected_cluster_must_replicate_item_and_place_warehouses(tmp_path: 
         path.write_text(broken)
         with pytest.raises(SystemExit, match=problem):
             command.prepare_cluster(command.parse_args(["--connect", str(path)]), tmp_path)
+    # With workers: warehouse w on worker (w // S) mod W of shard w mod S.
+    workers = command.cluster_file(tmp_path / "workers", 2, 7500, regions=1, workers=2)
+    config, processes = command.prepare_cluster(command.parse_args(["--connect", str(workers)]), tmp_path)
+    assert processes is None and config.workers == 2
+    placement = config.partitioner()
+    assert [placement.shard_of(pack(("stock", w, 1))) for w in range(1, 9)] == [2, 1, 3, 0, 2, 1, 3, 0]
+    hashed = tmp_path / "hashed.toml"
+    hashed.write_text(workers.read_text().replace('partitioner = "prefix"', 'partitioner = "hash"'))
+    with pytest.raises(SystemExit, match="not on unit"):
+        command.prepare_cluster(command.parse_args(["--connect", str(hashed)]), tmp_path)
 
 
 def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_run(
     geo: ProcessCluster,
 ) -> None:
     command = command_module()
+    layout = schema.Layout(SHARDS, geo.config.workers)
+    warehouses = list(range(1, layout.units + 1))  # one on every unit
 
     async def scenario() -> dict[str, Any]:
         from store.client import Client
@@ -150,11 +164,11 @@ def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_
         client = await Client.connect(geo.config)
         try:
             target = command._SdkTarget(client)
-            initial = loader.initial_rows(WAREHOUSES, SHARDS, TINY, seed=3)
+            initial = loader.initial_rows(warehouses, layout, TINY, seed=3)
             await loader.load_through_transactions(target.run, initial)
             outcome: dict[str, Any] = {"load": await replica_views(client, target)}
             config = DriverConfig(
-                WAREHOUSES, SHARDS, TINY, terminals=4, seed=3, transactions_per_terminal=25,
+                warehouses, layout, TINY, terminals=4, seed=3, transactions_per_terminal=25,
                 run_id="replicas",
             )
             outcome["stats"] = (await Driver(target, config).run()).report()
@@ -166,10 +180,16 @@ def test_every_replica_holds_the_leaders_rows_and_all_conditions_after_load_and_
     async def replica_views(client: Any, target: Any) -> dict[str, Any]:
         caught_up = await replicas.wait_caught_up(client, geo.config)
         assert caught_up["behind"] == {"eu": 0, "ap": 0}, caught_up
-        views = {"us": await consistency.snapshot(target.run, WAREHOUSES, SHARDS, page_rows=50)}
+        # Nothing runs: every follower is as far as its shard's leaders (with workers, the
+        # least of their claims against the follower's entry of the shard).
+        for w_id in warehouses:
+            for region in ("eu", "ap"):
+                seen = await client.read_snapshot([schema.warehouse_key(w_id)], region=region, with_lag=True)
+                assert seen.lag == 0, (w_id, region, seen.lag, seen.vw)
+        views = {"us": await consistency.snapshot(target.run, warehouses, layout, page_rows=50)}
         for region in ("eu", "ap"):
             # 13 rows a page: every table of a warehouse takes several pages.
-            views[region] = await replicas.follower_rows(client, WAREHOUSES, region, page_rows=13)
+            views[region] = await replicas.follower_rows(client, warehouses, region, page_rows=13)
         return views
 
     outcome = run(scenario())
