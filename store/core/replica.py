@@ -940,3 +940,9 @@ class ShardLeader:
         assert isinstance(message, Gossip)
         if self.vw.learn_all(message.watermarks):
             self.waits.release()
+        stream = self.stream
+        if stream is not None and message.shard != self.shard and message.shard // self.workers == self.clock:
+            # A fellow worker (it pushes gossip when it certifies): its transactions commit
+            # once this stream's stamp covers them, and this worker's claim has risen with
+            # the counter it drew. The stream proposes it soon even if idle.
+            stream.want(self.watermark.watermark)

@@ -131,6 +131,12 @@ class StreamSettings:
     # fresh (keep it below leader_lease_ns less a round trip). At 100 heartbeats a second,
     # idle streams cost a server process about a tenth of a core in gRPC messages alone.
     heartbeat_idle_interval_ns: int = 100 * MS
+    # An idle stream of a worker proposes its risen claim this soon after its last proposal
+    # when a fellow worker waits for it (``StreamLeader.want``): a transaction of the fellow
+    # commits once every stream of its shard carries a stamp at or above its counter. With
+    # heartbeat_interval_ns alone, two workers at one transaction in flight each committed
+    # in a median 57-62 ms against 52.5 for one shard (simulator, 50 ms round trips).
+    heartbeat_wanted_interval_ns: int = 1 * MS
     # Slots proposed and not yet chosen, at most (the pipeline depth).
     slots_in_flight_max: int = 64
     # Records appended and not yet in a proposed slot; ``StreamLeader.can_append`` says no

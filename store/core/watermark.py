@@ -362,7 +362,7 @@ class VectorWatermark:
         low = watermark
         for fellow in range(first, first + workers):  # a loop: this is the hot path
             claim = claims.get(fellow, 0)
-            if claim < low:
+            if claim < low:  # noqa: PLR1730 (a compare, not a call to min: the hot path)
                 low = claim
         if low > entry:
             self.entries[shard] = low

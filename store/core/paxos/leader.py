@@ -25,7 +25,9 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   proposes an empty entry carrying them, so an idle stream's followers keep learning both
   the commit index and the watermarks. With nothing new to carry it waits
   ``heartbeat_idle_interval_ns`` instead: that heartbeat only keeps followers and the lease
-  evidence below fresh.
+  evidence below fresh. When someone waits for a stamp (``want``: a fellow worker of the
+  shard, whose transactions commit once this stream's stamp covers them) the wait is
+  ``heartbeat_wanted_interval_ns``.
 * **Commit index.** Every Accept carries ``chosen_through`` (all slots below it are chosen);
   when it moves and no Accept carries it within ``commit_announce_delay_ns``, a ``Commit``
   announces it. Learners also ``Fetch`` chosen entries they miss; the leader answers from
@@ -170,6 +172,8 @@ class StreamLeader:
         # The watermarks the last proposed entry carried: a heartbeat with the same is no news.
         self._proposed_watermark = -1
         self._proposed_vw: VectorClock | None = None
+        # The stamp someone waits for this stream to propose (``want``; -1: nobody).
+        self._wanted = -1
         self._announced = first_slot
         self._announce_at: int | None = None
         self._outbox: list[tuple[str, PaxosMessage]] = []
@@ -445,15 +449,20 @@ class StreamLeader:
             self._close_batch(now_ns)
             self._pump(now_ns)
 
+    def want(self, stamp: int) -> None:
+        """Someone waits for an entry stamped ``stamp`` or more (a fellow worker, for its
+        transactions' counters): an idle stream proposes its heartbeat sooner."""
+        self._wanted = max(self._wanted, stamp)
+
     def _heartbeat_due_at(self) -> int:
-        news = (
-            self._watermark != self._proposed_watermark
-            or self._vector_watermark != self._proposed_vw
-        )
-        interval = (
-            self.settings.heartbeat_interval_ns if news
-            else self.settings.heartbeat_idle_interval_ns
-        )
+        settings = self.settings
+        if self._watermark != self._proposed_watermark:
+            wanted = self._wanted > self._proposed_watermark
+            interval = settings.heartbeat_wanted_interval_ns if wanted else settings.heartbeat_interval_ns
+        elif self._vector_watermark != self._proposed_vw:
+            interval = settings.heartbeat_interval_ns
+        else:
+            interval = settings.heartbeat_idle_interval_ns
         return self._last_proposed_at + interval
 
     def _propose(self, now_ns: int, entry: Entry) -> None:
