@@ -178,6 +178,30 @@ class ClusterSession(Session):
     async def close(self) -> None:
         await self.client.close()
 
+    async def generate(self, duration_s: float, per_unit: int, seed: int, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``--generators in-server``: every shard leader runs ``per_unit`` terminals of the
+        driver itself (``bench.tpcc.inserver``, a ``wire.GENERATE`` request); their answers.
+        Uses the SDK's session plumbing directly: a benchmark's request, not an API."""
+        import msgpack
+
+        from bench.tpcc import inserver
+        from store import wire
+        from store.client.protocol import Call, Connect
+        from store.node.generator import GenerateSpec
+
+        spec = GenerateSpec(duration_s, per_unit, 1, 0.0, seed, inserver.WORKLOAD, params)
+        client = self.client
+
+        async def one(address: Any) -> dict[str, Any]:
+            await client._carry_out(Connect(address, client.settings.connect_timeout_s))
+            call = Call(address, wire.GENERATE, spec.to_wire(), duration_s + GENERATE_DRAIN_S)
+            answer = msgpack.unpackb(await client._carry_out(call))
+            if "error" in answer:
+                raise SystemExit(f"tpcc: {address} refused to generate load: {answer['error']}")
+            return dict(answer)
+
+        return list(await asyncio.gather(*(one(a) for a in client.protocol.leaders)))
+
 
 class _SdkTarget:
     """The driver's ``Target`` over the SDK's ``Client``.
@@ -234,6 +258,9 @@ REGION_NAMES = ("us", "eu", "ap")
 # Rows per tpcc_scan page: a page of 5000 customers is about 3.5 MB, one answer the RPC
 # layer may fail to deliver within its session timeout; 500 rows keep answers near 350 KB.
 SNAPSHOT_PAGE_ROWS = 500
+# How long after --duration a leader's in-server terminals may take to finish their last
+# transactions and answer.
+GENERATE_DRAIN_S = 120.0
 # Times one transaction whose outcome is unknown is asked for again (same id, never rerun).
 RESUMES_MAX = 5
 # The wan-proxy's first port above --base-port (its control port is one below).
@@ -339,6 +366,12 @@ def prepare_cluster(args: argparse.Namespace, run_dir: Path) -> tuple[Any, Any]:
         return config, None
     from store.node.up import ProcessCluster
 
+    if args.generators == "in-server":
+        import os
+
+        from store.node.generator import GENERATORS_ENV
+
+        os.environ[GENERATORS_ENV] = "1"  # the servers inherit it
     config = config_module.load(
         cluster_file(
             run_dir, args.shards, args.base_port, args.regions, args.rtt_ms, args.workers
@@ -414,6 +447,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--load-processes", type=int, default=1, help="processes generating warehouses"
     )
+    parser.add_argument(
+        "--generators", choices=("client", "in-server"), default="client",
+        help="terminals in this process through the SDK (default), or inside every shard"
+        " leader, Mako's way (bench/tpcc/inserver.py)",
+    )
     parser.add_argument("--run-dir", type=Path, default=None, help="default runs/tpcc-<time>")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or live lines")
@@ -426,6 +464,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--workers: the in-process cluster (--local) has no workers")
     if args.workers > 1 and args.connect is not None:
         parser.error("--workers: a running cluster (--connect) has the workers its file sets")
+    if args.generators == "in-server" and (args.local or args.kill_leader_at is not None):
+        parser.error("--generators in-server: needs a cluster of server processes, without --kill-leader-at")
     if args.shards * args.workers > MAX_UNITS:
         parser.error(f"--shards times --workers must be at most {MAX_UNITS} (the ports used)")
     if args.clients is not None and args.clients < 1:
@@ -519,6 +559,9 @@ async def benchmark(
     )
     warehouses = list(range(1, layout.units * args.warehouses_per_shard + 1))
     terminals = args.clients or DEFAULT_CLIENTS_PER_WAREHOUSE * len(warehouses)
+    in_server = args.generators == "in-server"
+    if in_server:  # the same number on every unit (each leader runs its own)
+        terminals = max(1, terminals // layout.units) * layout.units
     scale = Scale.shrunk(args.scale_factor)
     progress = not args.no_progress
     if cluster_config is None:
@@ -549,7 +592,19 @@ async def benchmark(
             assert isinstance(session, ClusterSession)
             killer = asyncio.create_task(_kill_leader(session, args.kill_leader_at))
         resumed_before = getattr(session.target, "resumed", 0)
-        stats = await driver.run()
+        if in_server:
+            from bench.tpcc import inserver
+
+            assert isinstance(session, ClusterSession)
+            _log(f"tpcc: {terminals // layout.units} terminals in each of {layout.units} leaders")
+            answers = await session.generate(
+                args.duration, terminals // layout.units, args.seed,
+                inserver.params(len(warehouses), scale, config.run_id),
+            )
+            generated: dict[str, Any] | None = inserver.merged_report(answers)
+        else:
+            generated = None
+            stats = await driver.run()
         resumed_in_run = getattr(session.target, "resumed", 0) - resumed_before
         killed = await killer if killer is not None else None
         run_replicas, run_catch_up = await check_replicas(
@@ -559,7 +614,7 @@ async def benchmark(
     finally:
         await session.close()
 
-    report = stats.report()
+    report = generated if generated is not None else stats.report()
     # Transactions of the measured run asked again after an unknown outcome; those of the
     # load and of the consistency checks (big transactions) apart.
     report["resumed_after_unknown_outcome"] = resumed_in_run
@@ -599,6 +654,7 @@ async def benchmark(
         run_dir=str(run_dir),
         setup={
             "mode": "local" if args.local else "cluster",
+            "generators": args.generators,
             "regions": [] if cluster_config is None else list(cluster_config.regions),
             "replicas_checked": replica_names,
             "shards": layout.shards,

@@ -287,6 +287,12 @@ class DriverConfig:
     # seed alone, so a seed replays the same inputs).
     run_id: str = ""
     attempts_max: int = ATTEMPTS_MAX
+    # The warehouses terminals are bound to (None: all of ``warehouses``); remote
+    # warehouses are still drawn from all. An in-server generator binds its own unit's.
+    home_warehouses: list[int] | None = None
+    # Terminal i draws its inputs as terminal ``first_terminal + i`` (its random stream and
+    # HISTORY ids): in-server generators on several units each start at their own.
+    first_terminal: int = 0
 
 
 class Driver:
@@ -316,10 +322,12 @@ class Driver:
     def _terminal_inputs(self, index: int) -> Inputs:
         config = self.config
         warehouses = sorted(config.warehouses)
-        home_w_id = warehouses[index % len(warehouses)]
-        home_d_id = (index // len(warehouses)) % DISTRICTS_PER_WAREHOUSE + 1
-        rng = random.Random(f"tpcc-terminal/{config.seed}/{index}")
-        prefix = f"{config.run_id or f's{config.seed}'}-t{index}"
+        homes = sorted(config.home_warehouses) if config.home_warehouses is not None else warehouses
+        home_w_id = homes[index % len(homes)]
+        home_d_id = (index // len(homes)) % DISTRICTS_PER_WAREHOUSE + 1
+        terminal = config.first_terminal + index
+        rng = random.Random(f"tpcc-terminal/{config.seed}/{terminal}")
+        prefix = f"{config.run_id or f's{config.seed}'}-t{terminal}"
         return Inputs(
             rng, self.constants, config.scale, warehouses, config.layout,
             home_w_id, home_d_id, self.rollbacks, prefix,

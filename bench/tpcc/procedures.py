@@ -380,6 +380,11 @@ PROCEDURES: dict[str, Procedure] = {
 
 
 def register(procedures: Procedures) -> None:
-    """Installs the TPC-C procedures: the registration function the cluster TOML names."""
+    """Installs the TPC-C procedures: the registration function the cluster TOML names. It
+    also registers the in-server TPC-C generator (``bench.tpcc.inserver``, workload
+    ``tpcc``), which servers run only when started with load generators enabled."""
+    from bench.tpcc import inserver  # the driver, which this module's users need not load
+
     for name, function in PROCEDURES.items():
         procedures.register(name, function)
+    procedures.register_workload(inserver.WORKLOAD, inserver.run)

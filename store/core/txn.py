@@ -683,6 +683,26 @@ class Procedures:
         self._by_name: dict[str, Procedure] = {}
         self._signatures: dict[str, inspect.Signature] = {}
         self._arg_types: dict[str, list[tuple[str, tuple[type, ...]] | None]] = {}
+        # In-server load generators beside the procedures (store/node/generator.py): an
+        # ``async def`` taking a ``store.node.generator.LocalRun`` and returning its answer.
+        self._workloads: dict[str, Callable[[Any], Awaitable[dict[str, Any]]]] = {}
+
+    def register_workload(self, name: str, run: Callable[[Any], Awaitable[dict[str, Any]]]) -> None:
+        """A load generator a server runs when asked (``wire.GENERATE`` with ``workload``
+        ``name``; only on servers started with load generators enabled)."""
+        if not name or name == "micro":
+            raise ValueError("a workload needs a name other than 'micro' (the built-in one)")
+        if not inspect.iscoroutinefunction(run):
+            raise TypeError(f"workload {name!r} must be an async def")
+        self._workloads[name] = run
+
+    def workload(self, name: str) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+        """The registered workload ``name``; InvalidRequest if there is none."""
+        found = self._workloads.get(name)
+        if found is None:
+            known = ", ".join(["micro", *sorted(self._workloads)])
+            raise InvalidRequest(f"GENERATE: no workload named {name!r} (this cluster has {known})")
+        return found
 
     def register(self, name: str, procedure: Procedure) -> None:
         if not name or name == OPS_PROCEDURE:

@@ -24,7 +24,7 @@ import math
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgpack
@@ -66,17 +66,27 @@ def micro_keys(partitioner: Partitioner, shards: int, count: int) -> list[list[s
 
 @dataclass(frozen=True)
 class GenerateSpec:
+    """A GENERATE request: the built-in ``micro`` workload (this module's ``Generator``,
+    with ``keys_per_shard`` and ``remote``), or one a procedures module registered
+    (``Procedures.register_workload``), which gets ``params`` (a msgpack map)."""
+
     duration_s: float
     in_flight: int
     keys_per_shard: int
     remote: float
     seed: int
+    workload: str = "micro"
+    params: dict[str, Any] = field(default_factory=dict)
 
     def to_wire(self) -> bytes:
-        return bytes(msgpack.packb({
-            "duration_s": self.duration_s, "in_flight": self.in_flight,
-            "keys_per_shard": self.keys_per_shard, "remote": self.remote, "seed": self.seed,
-        }))
+        fields: dict[str, Any] = {
+            "duration_s": self.duration_s, "in_flight": self.in_flight, "seed": self.seed,
+        }
+        if self.workload == "micro":
+            fields.update(keys_per_shard=self.keys_per_shard, remote=self.remote)
+        else:
+            fields.update(workload=self.workload, params=self.params)
+        return bytes(msgpack.packb(fields))
 
     @classmethod
     def from_wire(cls, payload: bytes) -> GenerateSpec:
@@ -87,9 +97,23 @@ class GenerateSpec:
             raise InvalidRequest(f"GENERATE: not msgpack ({exc})") from None
         if not isinstance(fields, dict):
             raise InvalidRequest("GENERATE: the request is a map")
-        expected = {"duration_s", "in_flight", "keys_per_shard", "remote", "seed"}
-        if set(fields) != expected:
-            raise InvalidRequest(f"GENERATE: fields must be {sorted(expected)}, got {sorted(fields)}")
+        workload = fields.get("workload", "micro")
+        if type(workload) is not str or not workload:
+            raise InvalidRequest("GENERATE: workload must be a non-empty string")
+        expected = {"duration_s", "in_flight", "seed"} | (
+            {"keys_per_shard", "remote"} if workload == "micro" else {"workload", "params"}
+        )
+        if set(fields) - {"workload"} != expected - {"workload"}:  # "micro" may be named or not
+            raise InvalidRequest(
+                f"GENERATE: fields of workload {workload!r} must be {sorted(expected)}, got {sorted(fields)}"
+            )
+        if workload != "micro":
+            params = fields["params"]
+            if not isinstance(params, dict) or not all(type(k) is str for k in params):
+                raise InvalidRequest("GENERATE: params must be a map with string keys")
+            fields = {**fields, "keys_per_shard": 1, "remote": 0.0}
+        else:
+            params = {}
         duration, in_flight = fields["duration_s"], fields["in_flight"]
         keys, remote, seed = fields["keys_per_shard"], fields["remote"], fields["seed"]
         if type(duration) not in (int, float) or not 0 < duration <= DURATION_MAX_S:
@@ -102,13 +126,59 @@ class GenerateSpec:
             raise InvalidRequest("GENERATE: remote must be a probability in [0, 1]")
         if type(seed) is not int:
             raise InvalidRequest("GENERATE: seed must be an integer")
-        return cls(float(duration), in_flight, keys, float(remote), seed)
+        return cls(float(duration), in_flight, keys, float(remote), seed, workload, params)
 
 
 class LocalSubmitter(Protocol):
     """What the generator needs of the replica's host (``ReplicaHost.submit_local``)."""
 
     def submit_local(self, submissions: Sequence[tuple[Submit, Callable[[Outcome], None]]]) -> None: ...
+
+
+class LocalRun:
+    """What a registered workload (``Procedures.register_workload``) runs with: it calls
+    ``submit`` for each attempt of a transaction on this shard leader (a ``Submit`` object
+    handed to the replica, no client path; everything submitted in one loop iteration goes
+    in one batch) and returns its answer, a msgpack-able map, when ``duration_s`` is over
+    and its transactions have ended. ``unit`` is this leader's unit (``shard * W +
+    worker``), ``partitioner`` the cluster's."""
+
+    def __init__(
+        self,
+        host: LocalSubmitter,
+        spec: GenerateSpec,
+        unit: int,
+        partitioner: Partitioner,
+        soon: Callable[[Callable[[], None]], object],
+        future: Callable[[], Any],
+    ) -> None:
+        self.unit = unit
+        self.partitioner = partitioner
+        self.duration_s = spec.duration_s
+        self.in_flight = spec.in_flight
+        self.seed = spec.seed
+        self.params = spec.params
+        self._host = host
+        self._soon = soon
+        self._future = future
+        self._client_id = f"generator-{spec.workload}-{unit}"
+        self._seq = 0
+        self._queued: list[tuple[Submit, Callable[[Outcome], None]]] = []
+
+    def submit(self, procedure: str, args: list[Any]) -> Any:
+        """One attempt of procedure ``procedure`` (``""``: an operation list, ``args`` =
+        ``[ops]``); an awaitable of its final ``Outcome``. Arguments go to the procedure as
+        the objects they are (no codec): they must not be changed afterwards."""
+        future = self._future()
+        self._seq += 1
+        if not self._queued:
+            self._soon(self._flush)
+        self._queued.append((Submit(self._client_id, self._seq, procedure, args, False), future.set_result))
+        return future
+
+    def _flush(self) -> None:
+        queued, self._queued = self._queued, []
+        self._host.submit_local(queued)
 
 
 class _Txn:

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -41,6 +41,7 @@ from store.node.generator import (
     GENERATORS_ENV,
     GenerateSpec,
     Generator,
+    LocalRun,
     generators_enabled,
     micro_keys,
 )
@@ -268,7 +269,8 @@ class ShardServer:
         self.host.register(nexus)
         nexus.register_req_func(wire.STATUS, self._on_status)
         nexus.register_req_func(wire.GENERATE, self._on_generate)
-        self._generator: Generator | None = None
+        # The running load generator: the micro one, or a registered workload's task.
+        self._generator: Generator | asyncio.Task[None] | None = None
         self.started_at = time.time()
         self.counters: dict[str, Any] = self.host.counters
         self.transport_routes = set(routes)
@@ -391,8 +393,12 @@ class ShardServer:
             return refuse("a load generator is already running here")
         try:
             spec = GenerateSpec.from_wire(payload)
+            workload = None if spec.workload == "micro" else self.procedures.workload(spec.workload)
         except InvalidRequest as exc:
             return refuse(str(exc))
+        if workload is not None:
+            self._generate_registered(handle, spec, workload)
+            return None
         shards = len(self.config.shards)
         keys = micro_keys(self.config.partitioner(), shards, spec.keys_per_shard)
 
@@ -406,6 +412,27 @@ class ShardServer:
         )
         self._generator.start()
         return None
+
+    def _generate_registered(
+        self, handle: ReqHandle, spec: GenerateSpec, workload: Callable[[LocalRun], Awaitable[dict[str, Any]]]
+    ) -> None:
+        """A workload a procedures module registered: a task on this loop; its answer (or
+        the error that ended it) goes back when it returns."""
+        run = LocalRun(
+            self.host, spec, self.shard, self.config.partitioner(), self.loop.call_soon,
+            self.loop.create_future,
+        )
+
+        async def go() -> None:
+            try:
+                answer = await workload(run)
+            except Exception as exc:  # the workload's own failure: the asker is told
+                log.exception("load generator %r failed", spec.workload)
+                answer = {"error": f"workload {spec.workload!r} failed: {type(exc).__name__}: {exc}"}
+            self._generator = None
+            self.rpc.enqueue_response(handle, bytes(msgpack.packb(answer)))
+
+        self._generator = self.loop.create_task(go())
 
     def _on_status(self, handle: ReqHandle, payload: bytes) -> bytes:
         replica = self.replica

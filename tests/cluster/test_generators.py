@@ -76,6 +76,28 @@ def test_generated_transactions_are_real_and_counted(generating_cluster: Process
     assert submits == [0, 0]
 
 
+def test_a_workload_the_cluster_has_not_registered_is_refused_by_name(
+    generating_cluster: ProcessCluster,
+) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        client = await Client.connect(generating_cluster.config)
+        try:
+            spec = GenerateSpec(1.0, 8, 1, 0.0, 1, "nonesuch", {})
+            return await _generate(client, spec.to_wire())
+        finally:
+            await client.close()
+
+    for answer in run(scenario()):
+        assert "no workload named 'nonesuch'" in answer["error"] and "micro" in answer["error"]
+
+
+def test_a_spec_round_trips_with_its_workload() -> None:
+    micro = GenerateSpec(2.0, 8, 100, 0.05, 3)
+    assert GenerateSpec.from_wire(micro.to_wire()) == micro
+    other = GenerateSpec(2.0, 8, 1, 0.0, 3, "tpcc", {"warehouses": 4})
+    assert GenerateSpec.from_wire(other.to_wire()) == other
+
+
 def test_a_server_not_started_for_it_refuses(cluster: ProcessCluster) -> None:
     async def scenario() -> list[dict[str, Any]]:
         client = await Client.connect(cluster.config)
@@ -95,12 +117,17 @@ def test_a_server_not_started_for_it_refuses(cluster: ProcessCluster) -> None:
     [
         (b"\xc1", "not msgpack"),
         (msgpack.packb([1, 2]), "is a map"),
-        (msgpack.packb({"duration_s": 1}), "fields must be"),
+        (msgpack.packb({"duration_s": 1}), "fields of workload .micro. must be"),
         (msgpack.packb({"duration_s": 0, "in_flight": 1, "keys_per_shard": 1, "remote": 0, "seed": 1}), "duration_s"),
         (msgpack.packb({"duration_s": 1, "in_flight": 10**6, "keys_per_shard": 1, "remote": 0, "seed": 1}), "in_flight"),
         (msgpack.packb({"duration_s": 1, "in_flight": 1, "keys_per_shard": 0, "remote": 0, "seed": 1}), "keys_per_shard"),
         (msgpack.packb({"duration_s": 1, "in_flight": 1, "keys_per_shard": 1, "remote": 2, "seed": 1}), "remote"),
         (msgpack.packb({"duration_s": 1, "in_flight": 1, "keys_per_shard": 1, "remote": 0, "seed": "x"}), "seed"),
+        # A registered workload takes params, not the micro mix's fields.
+        (msgpack.packb({"duration_s": 1, "in_flight": 1, "seed": 1, "workload": "tpcc", "keys_per_shard": 1,
+                        "remote": 0}), "fields of workload 'tpcc' must be"),
+        (msgpack.packb({"duration_s": 1, "in_flight": 1, "seed": 1, "workload": "tpcc", "params": [1]}), "params"),
+        (msgpack.packb({"duration_s": 1, "in_flight": 1, "seed": 1, "workload": "", "params": {}}), "workload"),
     ],
 )
 def test_bad_specs_are_refused_by_name(payload: bytes, complaint: str) -> None:
