@@ -173,7 +173,12 @@ class LocalRun:
         self._seq += 1
         if not self._queued:
             self._soon(self._flush)
-        self._queued.append((Submit(self._client_id, self._seq, procedure, args, False), future.set_result))
+
+        def answered(outcome: Outcome) -> None:
+            if not future.done():  # not cancelled with its workload (the server stopping)
+                future.set_result(outcome)
+
+        self._queued.append((Submit(self._client_id, self._seq, procedure, args, False), answered))
         return future
 
     def _flush(self) -> None:

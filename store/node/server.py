@@ -425,12 +425,13 @@ class ShardServer:
 
         async def go() -> None:
             try:
-                answer = await workload(run)
+                answer = bytes(msgpack.packb(await workload(run)))
             except Exception as exc:  # the workload's own failure: the asker is told
                 log.exception("load generator %r failed", spec.workload)
-                answer = {"error": f"workload {spec.workload!r} failed: {type(exc).__name__}: {exc}"}
+                failed = f"workload {spec.workload!r} failed: {type(exc).__name__}: {exc}"
+                answer = bytes(msgpack.packb({"error": failed}))
             self._generator = None
-            self.rpc.enqueue_response(handle, bytes(msgpack.packb(answer)))
+            self.rpc.enqueue_response(handle, answer)
 
         self._generator = self.loop.create_task(go())
 

@@ -219,6 +219,11 @@ def test_unacknowledged_accepts_are_retransmitted_to_silent_acceptors_only() -> 
 def test_idle_stream_proposes_heartbeats_carrying_the_watermark() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(heartbeat_interval_ns=5 * MS))
     promise_all(leader)
+    # A new leader's first heartbeat goes at once: its lease evidence (test_lease.py).
+    assert leader.ready().wake_at == 0
+    leader.tick(0)
+    [(_, first), _] = accepts(leader.ready().messages)
+    assert first.entry.is_heartbeat
     leader.advance_watermark(42)
     assert leader.ready().wake_at == 5 * MS
     leader.tick(5 * MS)

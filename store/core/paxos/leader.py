@@ -169,6 +169,8 @@ class StreamLeader:
         self._vector_watermark: VectorClock = EMPTY
         self._last_counter = 0
         self._last_proposed_at = now_ns
+        # When a new leader's first heartbeat is due (``_lead_at_once``; None: proposed).
+        self._first_heartbeat_at: int | None = None
         # The watermarks the last proposed entry carried: a heartbeat with the same is no news.
         self._proposed_watermark = -1
         self._proposed_vw: VectorClock | None = None
@@ -199,6 +201,7 @@ class StreamLeader:
         if skip_phase1:
             self.phase = Phase.LEADING
             self.leading_since_ns = now_ns
+            self._lead_at_once(now_ns)
         else:
             self._start_phase1(now_ns)
 
@@ -392,6 +395,7 @@ class StreamLeader:
             return
         self.phase = Phase.LEADING
         self.leading_since_ns = now_ns
+        self._lead_at_once(now_ns)
         end = max(self._found, default=self.first_slot - 1) + 1
         # Re-proposals and no-ops go to the head of the queue in slot order; the queue
         # hands out slots in order from first_slot, so each lands in its own slot.
@@ -449,12 +453,20 @@ class StreamLeader:
             self._close_batch(now_ns)
             self._pump(now_ns)
 
+    def _lead_at_once(self, now_ns: int) -> None:
+        """A leader answers clients only with lease evidence (an entry of its own that a
+        majority accepted): with nothing to (re-)propose, its first heartbeat is due at
+        once instead of a heartbeat interval after it started leading."""
+        self._first_heartbeat_at = now_ns
+
     def want(self, stamp: int) -> None:
         """Someone waits for an entry stamped ``stamp`` or more (a fellow worker, for its
         transactions' counters): an idle stream proposes its heartbeat sooner."""
         self._wanted = max(self._wanted, stamp)
 
     def _heartbeat_due_at(self) -> int:
+        if self._first_heartbeat_at is not None:
+            return self._first_heartbeat_at
         settings = self.settings
         if self._watermark != self._proposed_watermark:
             wanted = self._wanted > self._proposed_watermark
@@ -476,6 +488,7 @@ class StreamLeader:
         self._sent_at[slot] = now_ns
         self._proposed_at[slot] = now_ns
         self._last_proposed_at = now_ns
+        self._first_heartbeat_at = None
         self.entries_proposed += 1
         accept = Accept(self.stream, self.ballot, slot, entry, self.chosen_through)
         self._announced = self.chosen_through
