@@ -29,6 +29,7 @@ from typing import Any
 from bench.tpcc import schema
 from bench.tpcc.schema import Key
 from store.core.keys import pack
+from store.core.partition import clock_marks
 
 # Rows per snapshot page: the follower's answer must cross the RPC layer in one response
 # (500 customers are about 350 KB).
@@ -139,7 +140,7 @@ async def wait_caught_up(
         if status is None:
             raise RuntimeError(f"the leader of shard {shard} does not answer")
         marks[shard] = int(status["watermark"])
-    target = config.partitioner().clock_marks(marks)  # by vector-clock entry
+    target = clock_marks(marks, config.workers)  # by vector-clock entry
     probes = _probe_keys(config)
     pending = [
         (shard.shard, region) for shard in config.shards for region, (host, port) in shard.followers

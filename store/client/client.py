@@ -55,7 +55,7 @@ from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
 from store.core.keys import Element, Key, from_stored, to_stored, tuple_of
 from store.core.keys import prefix_range as _prefix_range
-from store.core.partition import Partitioner, table_end
+from store.core.partition import Partitioner, clock_marks, table_end
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OP_ARITY, OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
@@ -362,7 +362,7 @@ class Client:
                 if status is not None
             }
             clock = partitioner.clock_of(shard)
-            leader_mark = partitioner.clock_marks(marks).get(clock)
+            leader_mark = clock_marks(marks, partitioner.workers).get(clock)
             if leader_mark is not None:
                 lag = max(0, leader_mark - reply.vw[clock])
         scanned = [[(from_stored(key), value) for key, value in found] for found in reply.scans]

@@ -70,19 +70,6 @@ class Partitioner:
         shard of a worker)."""
         return shard
 
-    def clock_marks(self, marks: Mapping[int, int]) -> dict[int, int]:
-        """Watermarks by vector-clock entry from ``marks`` by unit (what each shard leader
-        process reports as its ``watermark``: with workers, one worker's claim). A shard's
-        is the least of its units' (the shard's watermark); a shard with a unit missing
-        from ``marks`` is left out: its watermark is not known."""
-        by_clock: dict[int, int] = {}
-        count: dict[int, int] = {}
-        for unit, mark in marks.items():
-            clock = self.clock_of(unit)
-            by_clock[clock] = min(by_clock.get(clock, mark), mark)
-            count[clock] = count.get(clock, 0) + 1
-        return {clock: mark for clock, mark in by_clock.items() if count[clock] == self.workers}
-
     def is_replicated(self, key: str) -> bool:
         return False
 
@@ -329,3 +316,17 @@ class WorkerPartitioner(Partitioner):
 
 def _both_names(tables: Iterable[str]) -> list[str]:
     return [name for table in tables for name in (table, pack((table,)))]
+
+
+def clock_marks(marks: Mapping[int, int], workers: int) -> dict[int, int]:
+    """Watermarks by vector-clock entry (shard) from ``marks`` by unit (``shard * workers +
+    worker``: what each shard leader process reports, with workers one worker's claim). A
+    shard's is the least of its units' (the shard's watermark); a shard with a unit missing
+    from ``marks`` is left out: its watermark is not known."""
+    by_clock: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for unit, mark in marks.items():
+        clock = unit // workers
+        by_clock[clock] = min(by_clock.get(clock, mark), mark)
+        count[clock] = count.get(clock, 0) + 1
+    return {clock: mark for clock, mark in by_clock.items() if count[clock] == workers}

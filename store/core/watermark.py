@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from store.core.epoch import EPOCH_SHIFT, counter_base
+from store.core.partition import clock_marks
 from store.core.vclock import VectorClock
 
 
@@ -412,14 +413,6 @@ def clock_watermark(marks: Mapping[int, int], workers: int) -> dict[int, int]:
     """Units' watermarks (a finalized vector watermark of the configuration manager, which
     counts units as shards) as a shard's: the minimum over its units, each of which must be
     known."""
-    if workers == 1:
-        return dict(marks)
-    shards: dict[int, int] = {}
-    for unit, mark in marks.items():
-        shard = unit // workers
-        shards[shard] = min(shards.get(shard, mark), mark)
-    counts: dict[int, int] = {}
-    for unit in marks:
-        counts[unit // workers] = counts.get(unit // workers, 0) + 1
-    assert all(count == workers for count in counts.values()), f"a shard's units missing: {marks}"
+    shards = clock_marks(marks, workers)
+    assert all(unit // workers in shards for unit in marks), f"a shard's units missing: {marks}"
     return shards

@@ -36,6 +36,7 @@ from typing import Any
 
 from store.config import ClusterConfig, ReplicaNode
 from store.core.epoch import EPOCH_SHIFT, format_counter
+from store.core.partition import clock_marks
 
 # A dead child is started again this long after its death was seen (never in a tight loop).
 RESTART_DELAY_S = 1.0
@@ -492,14 +493,15 @@ def format_processes(
     the records it recovered from its write-ahead log when it started, the log's size, and
     the watermark of the snapshot it went on from (a restarted follower)."""
     lag_slots: dict[str, int] = {}
-    # By vector-clock entry: a follower's "watermark" is its shard's, and with workers a
-    # leader process reports its worker's claim, so a shard's is the least of its workers'.
-    leader_marks: dict[int, int] = {}
-    for node, status in zip(nodes, statuses, strict=True):
+    unit_marks: dict[int, int] = {}
+    for status in statuses:
         if status is not None and status.get("role") == "leader":
             lag_slots.update(status.get("follower_lag_slots", {}))
-            clock = int(status["shard"]) // node.workers
-            leader_marks[clock] = min(leader_marks.get(clock, int(status["watermark"])), int(status["watermark"]))
+            unit_marks[int(status["shard"])] = int(status["watermark"])
+    # By vector-clock entry: a follower's "watermark" is its shard's, and with workers a
+    # leader process reports its worker's claim, so a shard's is the least of its workers'.
+    workers = max((node.workers for node in nodes), default=1)
+    leader_marks = clock_marks(unit_marks, workers)
     lines = [
         f"{'process':<14} {'role':<9} {'shard':>5} {'region':<7} {'address':<21} {'pid':>7} "
         f"{'lag':<22} {'disk':<44} metrics"

@@ -220,3 +220,25 @@ def test_up_starts_only_this_hosts_processes_and_serve_finds_its_own(tmp_path: P
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode != 0 and "2 processes of that role on this machine" in done.stderr
+
+
+def test_a_followers_lag_is_its_shards_least_worker_claim_less_its_entry() -> None:
+    """`meridian status` with workers: each leader process reports its worker's claim, a
+    follower its shard's entry; the lag is the shard's watermark (the least of its workers'
+    claims) less that entry. A shard with a worker down has no known watermark: lag '?'."""
+    from store.config import ReplicaNode
+    from store.node.up import format_processes
+
+    def leader(unit: int, mark: int) -> dict[str, object]:
+        return {"role": "leader", "shard": unit, "watermark": mark, "pid": 1, "follower_lag_slots": {}}
+
+    follower = {"role": "follower", "shard": 0, "watermark": 40, "pid": 2}
+    nodes = [
+        ReplicaNode("leader", 0, "us", ("127.0.0.1", 7000), 2),
+        ReplicaNode("leader", 1, "us", ("127.0.0.1", 7010), 2),
+        ReplicaNode("follower", 0, "eu", ("127.0.0.2", 7000), 2),
+    ]
+    text = format_processes(nodes, [leader(0, 100), leader(1, 70), follower])
+    assert "30 behind" in text  # min(100, 70) - 40, not 100 - 40
+    text = format_processes(nodes, [leader(0, 100), None, follower])
+    assert "? behind" in text

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from store.config import ConfigError, from_dict
 from store.core.keys import pack, prefix_range
-from store.core.partition import Partitioner, PrefixPartitioner, WorkerPartitioner
+from store.core.partition import Partitioner, PrefixPartitioner, WorkerPartitioner, clock_marks
 from store.node.up import format_placement
 
 FOUR = [{"leader": f"h:{i + 1}"} for i in range(4)]
@@ -190,7 +190,7 @@ def test_a_worker_partitioner_puts_each_key_on_its_shards_worker(base: Partition
     assert list(units.shards_of_range("a", "b")) == [0, 1, 2, 3, 4, 5]
     # Leaders' reported watermarks by unit, as a shard's: the least of its workers'; a shard
     # with a worker unheard of is not known.
-    assert units.clock_marks({0: 9, 1: 4, 2: 7, 3: 8, 4: 5}) == {0: 4, 1: 7}
-    assert base.clock_marks({0: 9, 2: 7}) == {0: 9, 2: 7}
+    assert clock_marks({0: 9, 1: 4, 2: 7, 3: 8, 4: 5}, units.workers) == {0: 4, 1: 7}
+    assert clock_marks({0: 9, 2: 7}, base.workers) == {0: 9, 2: 7}
     with pytest.raises(ValueError):
         WorkerPartitioner(base, 0)
