@@ -136,50 +136,30 @@ def answer(unit: int, stats: Stats, warehouses: list[int]) -> dict[str, Any]:
 
 
 def merged_report(answers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The leaders' answers as one report of ``Stats.report``'s shape (certified latencies
+    """The leaders' answers as one report: their counters summed into a ``Stats`` (whose
+    ``report`` computes the rates), latencies from the summed histograms (certified ones
     None: not measured in-server)."""
-    per_type = {kind: dict.fromkeys(COUNTERS, 0) for kind in TRANSACTION_TYPES}
+    stats = Stats()
     histograms = {kind: HdrHistogram(1, LATENCY_MAX_US, 3) for kind in TRANSACTION_TYPES}
-    per_second: list[int] = []
-    errors: list[str] = []
     for one in answers:
         for kind in TRANSACTION_TYPES:
+            typed = stats.by_type[kind]
             for name in COUNTERS:
-                per_type[kind][name] += one["per_type"][kind][name]
+                setattr(typed, name, getattr(typed, name) + one["per_type"][kind][name])
             histograms[kind].add(HdrHistogram.decode(one["histograms"][kind]))
         for second, count in enumerate(one["throughput_per_s"]):
-            if second == len(per_second):
-                per_second.append(0)
-            per_second[second] += count
-        errors.extend(one["errors"][: ERROR_EXAMPLES_MAX - len(errors)])
-    elapsed = max([one["elapsed_s"] for one in answers], default=0.0)
-    completed = sum(t["completed"] for t in per_type.values())
-    aborts = sum(t["aborts"] for t in per_type.values())
-    attempts = completed + aborts + sum(t["errors"] for t in per_type.values())
-    new_order = per_type["new_order"]
+            stats.per_second[second] += count
+        stats.error_examples.extend(one["errors"][: ERROR_EXAMPLES_MAX - len(stats.error_examples)])
+        stats.elapsed_s = max(stats.elapsed_s, one["elapsed_s"])
+    report = stats.report()
+    report["latency_ms"] = {kind: _committed_latency(histograms[kind]) for kind in TRANSACTION_TYPES}
+    return report
 
-    def latency(kind: str) -> dict[str, float | None]:
-        histogram = histograms[kind]
-        summary: dict[str, float | None] = {}
-        for name, percent in (("p50", 50.0), ("p99", 99.0), ("p999", 99.9), ("max", 100.0)):
-            summary[f"certified_{name}"] = None
-            value = histogram.get_value_at_percentile(percent) if histogram.get_total_count() else None
-            summary[f"committed_{name}"] = None if value is None else round(value / 1000, 3)
-        return summary
 
-    return {
-        "elapsed_s": round(elapsed, 3),
-        "transactions": completed,
-        "txn_per_s": round(completed / max(elapsed, 1e-9), 2),
-        "new_order_per_min": round(new_order["completed"] / max(elapsed, 1e-9) * 60, 1),
-        "abort_rate": round(aborts / attempts, 5) if attempts else 0.0,
-        "rollback_rate": round(new_order["rolled_back"] / new_order["completed"], 5)
-        if new_order["completed"] else 0.0,
-        "cross_shard_fraction": round(sum(t["cross_shard"] for t in per_type.values()) / completed, 5)
-        if completed else 0.0,
-        "mix": {kind: round(t["completed"] / completed, 5) if completed else 0.0 for kind, t in per_type.items()},
-        "latency_ms": {kind: latency(kind) for kind in TRANSACTION_TYPES},
-        "per_type": per_type,
-        "throughput_per_s": per_second,
-        "errors": errors,
-    }
+def _committed_latency(histogram: HdrHistogram) -> dict[str, float | None]:
+    summary: dict[str, float | None] = {}
+    for name, percent in (("p50", 50.0), ("p99", 99.0), ("p999", 99.9), ("max", 100.0)):
+        summary[f"certified_{name}"] = None
+        value = histogram.get_value_at_percentile(percent) if histogram.get_total_count() else None
+        summary[f"committed_{name}"] = None if value is None else round(value / 1000, 3)
+    return summary

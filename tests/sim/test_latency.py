@@ -7,6 +7,7 @@ coordinator. DESIGN.md §4; docs/design.md "Replication and watermarks"."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 from store.client.protocol import ClientSettings
 from store.core.partition import Partitioner, WorkerPartitioner
@@ -19,8 +20,10 @@ from store.sim.network import MS, Network
 RTT_MS = 50.0
 
 
-def _commit_latencies_ms(two_shards: bool, count: int = 30, workers: int = 1) -> list[float]:
-    sim = Simulator(1)
+def _geo_cluster(workers: int, seed: int = 1) -> tuple[Simulator, SimCluster, Callable[[str], SdkProcess]]:
+    """Two shards of ``workers`` workers in three regions at RTT_MS, and a maker of clients
+    in the leaders' region."""
+    sim = Simulator(seed)
     network = Network(sim)
     partitioner: Partitioner = Partitioner(2)
     if workers > 1:
@@ -30,10 +33,19 @@ def _commit_latencies_ms(two_shards: bool, count: int = 30, workers: int = 1) ->
         wan_rtt_ms=RTT_MS, partitioner=partitioner,
     )
     cluster.start()
-    client = SdkProcess(
-        sim, network, "client/latency", REGIONS[0], cluster.leader_addresses,
-        cluster.partitioner, ClientSettings(timeout_s=30), cluster.rpc_settings,
-    )
+
+    def client(name: str) -> SdkProcess:
+        return SdkProcess(
+            sim, network, name, REGIONS[0], cluster.leader_addresses, cluster.partitioner,
+            ClientSettings(timeout_s=30), cluster.rpc_settings,
+        )
+
+    return sim, cluster, client
+
+
+def _commit_latencies_ms(two_shards: bool, count: int = 30, workers: int = 1) -> list[float]:
+    sim, cluster, make_client = _geo_cluster(workers)
+    client = make_client("client/latency")
     keys = [f"t/{i}" for i in range(400)]
     home = [k for k in keys if cluster.partitioner.shard_of(k) == 0]
     other = [k for k in keys if cluster.partitioner.shard_of(k) == workers]  # shard 1's first
@@ -82,29 +94,14 @@ def test_a_quiet_commit_on_one_worker_of_two_costs_what_it_costs_on_a_shard_of_o
 def _busy_worker_latencies_ms(workers: int, count: int = 40, seed: int = 1) -> list[float]:
     """Two clients, each a transaction at a time without pause, on keys of shard 0: with two
     workers, one client's keys on each worker; with one, halves of the shard's keys."""
-    sim = Simulator(seed)
-    network = Network(sim)
-    partitioner: Partitioner = Partitioner(2)
-    if workers > 1:
-        partitioner = WorkerPartitioner(partitioner, workers)
-    cluster = SimCluster(
-        sim, network, partitioner.shard_count, Procedures(), regions=REGIONS[:3],
-        wan_rtt_ms=RTT_MS, partitioner=partitioner,
-    )
-    cluster.start()
+    sim, cluster, make_client = _geo_cluster(workers, seed)
     keys = [f"t/{i}" for i in range(2000)]
     if workers > 1:
         homes = [[k for k in keys if cluster.partitioner.shard_of(k) == unit] for unit in (0, 1)]
     else:
         mine = [k for k in keys if cluster.partitioner.shard_of(k) == 0]
         homes = [mine[::2], mine[1::2]]
-    clients = [
-        SdkProcess(
-            sim, network, f"client/busy-{c}", REGIONS[0], cluster.leader_addresses,
-            cluster.partitioner, ClientSettings(timeout_s=30), cluster.rpc_settings,
-        )
-        for c in range(2)
-    ]
+    clients = [make_client(f"client/busy-{c}") for c in range(2)]
     sim.run_until(sim.now_ns + 500 * MS)  # phase 1 of every stream done
     latencies: list[float] = []
     finished = [0, 0]
