@@ -323,7 +323,15 @@ class ShardLeader:
             self._gossiped_moves = self.vw.moves
             others = len(self.peers) - 1
             if others:
-                gossip = Gossip(self.shard, dict(self.vw.claims))
+                # Shards' entries, not units' claims: each vouches for every worker of
+                # its shard, and this shard's is fresh (its fellows' claims are read from
+                # the shared counter at every step), so a peer hears of a shard from any of
+                # its workers instead of waiting for every one.
+                vw = self.vw
+                gossip = Gossip(
+                    self.shard, dict(vw.entries),
+                    vw.claims.get(self.shard, 0) if self.workers > 1 else 0,
+                )
                 sent = []
                 for step in range(min(self.settings.gossip_fanout, others)):
                     shard = (self.shard + 1 + (self._gossip_next + step) % others) % len(self.peers)
@@ -938,7 +946,10 @@ class ShardLeader:
 
     def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, Gossip)
-        if self.vw.learn_all(message.watermarks):
+        moved = self.vw.learn_clocks(message.watermarks)
+        if message.claim and self.workers > 1:
+            moved |= self.vw.learn(message.shard, message.claim)
+        if moved:
             self.waits.release()
         stream = self.stream
         if stream is not None and message.shard != self.shard and message.shard // self.workers == self.clock:
