@@ -327,10 +327,10 @@ class ShardLeader:
                 # its shard, and this shard's is fresh (its fellows' claims are read from
                 # the shared counter at every step), so a peer hears of a shard from any of
                 # its workers instead of waiting for every one.
-                vw = self.vw
+                known = self.vw
                 gossip = Gossip(
-                    self.shard, dict(vw.entries),
-                    vw.claims.get(self.shard, 0) if self.workers > 1 else 0,
+                    self.shard, dict(known.entries),
+                    known.claims.get(self.shard, 0) if self.workers > 1 else 0, self.epoch,
                 )
                 sent = []
                 for step in range(min(self.settings.gossip_fanout, others)):
@@ -946,7 +946,7 @@ class ShardLeader:
 
     def _on_gossip(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, Gossip)
-        moved = self.vw.learn_clocks(message.watermarks)
+        moved = self.vw.learn_entries(message.watermarks, message.epoch)
         if message.claim and self.workers > 1:
             moved |= self.vw.learn(message.shard, message.claim)
         if moved:

@@ -381,6 +381,20 @@ class VectorWatermark:
                 moved |= self.learn(shard * workers + w, watermark)
         return moved
 
+    def learn_entries(self, entries: Mapping[int, int], epoch: int) -> bool:
+        """Raises shards' entries as a peer in ``epoch`` knows them (gossip). With workers,
+        only once this node is in ``epoch`` or later: an entry is the least of its units'
+        claims, and a claim of a later epoch than the node's is held back (``pending``),
+        but an entry hides which claims it rests on. One whose value is of an earlier epoch
+        can rest on a later epoch's claim: a worker's first claim after a failover vouches
+        for the rollback of what it drew above the ended epoch's FVW, which a node still in
+        that epoch must not take as durable (tests/sim/test_workers.py). An epoch behind,
+        the node takes the next gossip instead. One worker: entries are claims, each held
+        back by its own epoch."""
+        if self.workers > 1 and epoch > self.epoch:
+            return False
+        return self.learn_clocks(entries)
+
     def enter_epoch(self, epoch: int) -> bool:
         """The node is now in ``epoch``: what was held back for it counts."""
         assert epoch >= self.epoch

@@ -89,7 +89,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
         [list(w) for w in m.writes], _vc(m.read_vc), m.epoch,
     ],
     SoloReply: lambda m: [14, m.txn_id, m.shard, m.ok, _vc(m.vc), m.watermark, _vc(m.durable)],
-    Gossip: lambda m: [15, m.shard, [[s, w] for s, w in m.watermarks.items()], m.claim],
+    Gossip: lambda m: [15, m.shard, [[s, w] for s, w in m.watermarks.items()], m.claim, m.epoch],
     SnapshotRead: lambda m: [16, m.req_id, m.keys, [list(s) for s in m.scans]],
     SnapshotReply: lambda m: [
         17, m.req_id, m.shard, m.values, [[list(p) for p in scan] for scan in m.scans],
@@ -269,7 +269,8 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
                                   _writes(f[4]), _clock(f[5]), _int(f[6], "epoch"))),
     14: (7, lambda f: SoloReply(_int(f[1], "txn_id"), _int(f[2], "shard"), _bool(f[3], "ok"),
                                 _clock(f[4]), _int(f[5], "watermark"), _clock(f[6]))),
-    15: (4, lambda f: Gossip(_int(f[1], "shard"), _watermarks(f[2]), _int(f[3], "claim"))),
+    15: (5, lambda f: Gossip(_int(f[1], "shard"), _watermarks(f[2]), _int(f[3], "claim"),
+                             _int(f[4], "epoch"))),
     16: (4, lambda f: SnapshotRead(_int(f[1], "req_id"), _strs(f[2], "keys"), _scan_ranges(f[3]))),
     18: (8, lambda f: Heartbeat(_str(f[1], "address"), _int(f[2], "shard"), _role(f[3]),
                                 _int(f[4], "epoch"), _int(f[5], "delivered"),

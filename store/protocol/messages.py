@@ -329,17 +329,20 @@ class PrepareReply(Message):
 
 class Gossip(Message):
     """Periodic watermark exchange between shard leaders: ``{shard: watermark}``, what the
-    sender knows of every shard's watermark (keyed by shard, as a vector clock is). With
-    several workers per shard ``shard`` is the sender's unit and ``claim`` its own claim
-    (its fellows take the largest of their claims as a counter floor); 0 with one worker,
-    where the shard's watermark is the claim."""
+    sender knows of every shard's watermark (keyed by shard, as a vector clock is) in its
+    ``epoch``. With several workers per shard ``shard`` is the sender's unit and ``claim``
+    its own claim (its fellows take the largest of their claims as a counter floor); 0 with
+    one worker, where the shard's watermark is the claim."""
 
-    __slots__ = ("claim", "shard", "watermarks")
+    __slots__ = ("claim", "epoch", "shard", "watermarks")
 
-    def __init__(self, shard: int, watermarks: dict[int, int], claim: int = 0) -> None:
+    def __init__(
+        self, shard: int, watermarks: dict[int, int], claim: int = 0, epoch: int = 0
+    ) -> None:
         self.shard = shard
         self.watermarks = watermarks
         self.claim = claim
+        self.epoch = epoch
 
 
 # ---- follower snapshot reads ---------------------------------------------------------------

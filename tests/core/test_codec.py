@@ -56,6 +56,7 @@ MESSAGES = [
     SoloRequest(9, [("t/a", 4)], [], [("t/a", 2, False)], VC, 0),
     SoloReply(9, 0, True, VC, 41, VectorClock({3: 1})),
     Gossip(2, {0: 5, 2: 7}),
+    Gossip(3, {0: 5, 1: 7}, 9, 4),
     SnapshotRead(3, ["t/a", "t/b"], [("t/", "t0", 10)]),
     SnapshotReply(3, 1, [1, None], [[("t/a", 1)]], VC, 12),
     StateRequest("127.0.0.1:7100", 4, 1, 262144, 262144),

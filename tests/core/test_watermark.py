@@ -118,6 +118,24 @@ def test_a_workers_claim_of_a_later_epoch_waits_for_the_epoch() -> None:
     assert vw[0] == later
 
 
+def test_entries_gossiped_in_a_later_epoch_wait_until_the_node_is_in_it() -> None:
+    # A peer in epoch 1 knows shard 0's units at 0:11 (a worker still in epoch 0) and at
+    # 1:0 (a failed-over worker's first claim): the entry's value, 0:11, is of epoch 0,
+    # but it rests on the rollback that 1:0 vouches for.
+    peer = VectorWatermark(workers=2)
+    peer.enter_epoch(1)
+    peer.learn(0, counter_base(1))
+    peer.learn(1, 11)
+    assert peer[0] == 11
+    behind = VectorWatermark(workers=2)
+    assert not behind.learn_entries(peer.entries, 1) and behind[0] == 0
+    behind.enter_epoch(1)
+    assert behind.learn_entries(peer.entries, 1) and behind[0] == 11
+    # One worker: entries are claims, each held back by its own epoch.
+    one = VectorWatermark()
+    assert one.learn_entries({0: 11}, 1) and one[0] == 11
+
+
 def test_a_finalized_watermark_of_units_is_the_least_per_shard() -> None:
     assert clock_watermark({0: 5, 1: 3, 2: 9, 3: 20}, 2) == {0: 3, 1: 9}
     assert clock_watermark({0: 5, 1: 3}, 1) == {0: 5, 1: 3}

@@ -430,6 +430,61 @@ def test_queue_is_bounded_and_drops_the_oldest_while_a_peer_is_down() -> None:
     run(main)
 
 
+def test_messages_that_waited_past_the_age_limit_are_dropped_not_sent() -> None:
+    """A backlog of retransmissions for a peer that was down is not sent when it returns
+    (Paxos has sent them again meanwhile): only what is younger than queue_age_max_s."""
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        us_port, eu_port = free_port(), free_port()
+        us = Node(loop, "us", us_port, {"eu": (HOST, eu_port)}, queue_age_max_s=0.2)
+        eu = Node(loop, "eu", eu_port, {"us": (HOST, us_port)})
+        await us.transport.start()
+        try:
+            first = Accepted(0, B1, 0)
+            us.transport.send("eu", first)
+            # The writer takes it into a write that waits for eu; what follows queues.
+            await wait_for(lambda: us.transport.queued()["eu"] == 0, "the first taken")
+            for slot in range(1, 21):
+                us.transport.send("eu", Accepted(0, B1, slot))
+            await asyncio.sleep(0.3)  # the time that makes them stale, not a synchronisation
+            await eu.transport.start()
+            await wait_for(lambda: len(eu.received) == 1, "the first, once eu is up")
+            fresh = [Accepted(1, B1, slot) for slot in range(5)]
+            for message in fresh:
+                us.transport.send("eu", message)
+            await wait_for(lambda: len(eu.received) == 6, "the fresh ones")
+            assert [m for _, m in eu.received] == [first, *fresh]
+            assert us.transport.stats()["dropped"] == 20
+        finally:
+            await us.transport.close()
+            await eu.transport.close()
+
+    run(main)
+
+
+def test_a_backlog_goes_out_in_writes_of_the_byte_target() -> None:
+    """Each write converts at most batch_bytes_target of messages (the event loop's work
+    between two awaits), however much is queued and however large a write may be."""
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        nodes = await cluster(loop, ["us", "eu"], batch_bytes_target=48 * 1024)
+        us, eu = nodes["us"], nodes["eu"]
+        try:
+            # ~20 KiB each: two per write.
+            big = [Accept(0, B1, slot, batch_entry(400 * slot + 1, 400), slot) for slot in range(8)]
+            for message in big:
+                us.transport.send("eu", message)
+            await wait_for(lambda: len(eu.received) == 8, "8 large Accepts")
+            await until_sent(us.transport, 8)
+            assert [m for _, m in eu.received] == big
+            assert us.transport.stats()["batches_sent"] == 4
+            assert us.transport.stats()["dropped"] == 0
+        finally:
+            await close_all(nodes)
+
+    run(main)
+
+
 def test_a_malformed_batch_is_counted_and_the_stream_goes_on() -> None:
     # DESIGN.md §1: no input from another region can crash a server.
     async def main(loop: asyncio.AbstractEventLoop) -> None:

@@ -132,4 +132,4 @@ def test_a_replica_that_led_after_its_snapshot_must_not_restore_it(
         ShardFollower, "may_restore",
         staticmethod(lambda state, acceptor, address: state.cluster_map is not None),
     )
-    caught(replace(WHOLE, scenario=None), [83], None)
+    caught(replace(WHOLE, scenario=None), [88], None)

@@ -18,6 +18,10 @@ is then broken on purpose and an oracle must object:
   else two writes of one key can carry one value there and a follower's replay keeps the
   first: no schedule of 340 seeds shows it once the rules above hold, so
   tests/core/test_watermark.py breaks it directly);
+* a shard's entry gossiped by a peer in a later epoch is not taken (an entry of an earlier
+  epoch's value can rest on a later epoch's claim, a failed-over worker's first, which
+  vouches for a rollback: taken a step early, a transaction above the ended epoch's FVW
+  commits and is then rolled back);
 * a worker counting alone raises its counter to its fellows' claims (else, once idle, it
   holds its shard's watermark below theirs and their transactions never commit);
 * a reply to another leader carries the shard's entry as the worker knows it, the least of
@@ -102,14 +106,23 @@ def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.Monk
     monkeypatch.setattr(ShardWatermark, "watermark", property(uncapped))
     # The stream's stamp past its entry's epoch stops the replica (an assertion in
     # ShardLeader._pump_stream): an invariant broken, and what hung on that replica.
-    caught(FAULTS, [10], {"invariant-broken", "committed-before-durable", "lost-committed"})
+    caught(FAULTS, [22], {"invariant-broken", "committed-before-durable", "lost-committed"})
 
 
 def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ShardWatermark, "beyond_epoch", lambda self: False)
-    caught(FAULTS, [255], {"committed-before-durable", "lost-committed", "invariant-broken"})
+    caught(FAULTS, [302], {"committed-before-durable", "lost-committed", "invariant-broken"})
+
+
+def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        VectorWatermark, "learn_entries", lambda self, entries, epoch: self.learn_clocks(entries)
+    )
+    caught(FAULTS, [276], {"lost-committed", "committed-before-durable"})
 
 
 def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
