@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from store.core.coordinator import Certification, Coordinator
-from store.core.epoch import StreamEpochs, counter_base
+from store.core.epoch import EPOCH_SHIFT, StreamEpochs, counter_base
 from store.core.errors import Status
 from store.core.participant import Participant
 from store.core.partition import Partitioner
@@ -455,9 +455,19 @@ class ShardLeader:
         shard then knows the shard's watermark as freshly as the worker does, instead of
         waiting for the other workers' gossip to raise their claims too."""
         own = self.durable_watermark()
+        if self.workers == 1:
+            return own
         # The shard's entry is the least of its units' claims, this worker's as last learned
         # (at most ``own``) among them.
-        return own if self.workers == 1 else min(own, self.vw[self.clock])
+        entry = min(own, self.vw[self.clock])
+        if entry >> EPOCH_SHIFT < self.epoch:
+            # Of an earlier epoch than this worker's, the entry may rest on a claim of this
+            # one (its own first stamp after an epoch change vouches for the rollback above
+            # the ended epoch's FVW), which a coordinator still in the earlier epoch must not
+            # take (VectorWatermark.learn_entries): nothing, until the shard's units all
+            # claim in this epoch.
+            return 0
+        return entry
 
     def accepts_more(self) -> bool:
         """False while the replication stream holds too many records not yet in a slot."""
@@ -847,7 +857,8 @@ class ShardLeader:
 
     def _on_install_request(self, now_ns: int, src: str, message: Message) -> None:
         assert isinstance(message, InstallRequest)
-        if self.vw.learn_clocks(dict(message.durable.items())):
+        # The coordinator's entries, of its epoch (a later one than this worker's, maybe).
+        if self.vw.learn_entries(dict(message.durable.items()), message.epoch):
             self.waits.release()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
         reply = InstallReply(message.txn_id, self.shard, self.reply_watermark())

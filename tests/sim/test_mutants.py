@@ -104,7 +104,7 @@ def test_a_reverse_scan_cut_short_covers_its_range_from_its_last_key_up(
         return lo, seen[-1][0], True
 
     monkeypatch.setattr(participant_module, "covered_range", as_if_forward)
-    caught(REVERSE, [24], {"G2-item", "G-single", "dependency-uncovered"})
+    caught(REVERSE, [8], {"G2-item", "G-single", "dependency-uncovered"})
 
 
 def test_a_scan_that_reads_past_a_tombstone_is_caught_by_the_clears_in_the_history(
