@@ -101,6 +101,15 @@ class Node:
         self.received_at.append(time.monotonic())
 
 
+async def us_with_eu_down(loop: asyncio.AbstractEventLoop, **us_options: Any) -> tuple[Node, Node]:
+    """"us" started, sending to "eu", which is made but not started (down)."""
+    us_port, eu_port = free_port(), free_port()
+    us = Node(loop, "us", us_port, {"eu": (HOST, eu_port)}, **us_options)
+    eu = Node(loop, "eu", eu_port, {"us": (HOST, us_port)})
+    await us.transport.start()
+    return us, eu
+
+
 async def wait_for(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not condition():
@@ -354,17 +363,9 @@ def test_batches_are_cut_at_the_message_and_byte_limits() -> None:
 
 def test_a_peer_that_comes_up_late_or_restarts_receives_what_is_sent_after() -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> None:
-        us_port, eu_port = free_port(), free_port()
-        us = Node(
-            loop,
-            "us",
-            us_port,
-            {"eu": (HOST, eu_port)},
-            connect_backoff_s=0.02,
-            connect_backoff_max_s=0.2,
-        )
-        await us.transport.start()
-        eu = Node(loop, "eu", eu_port, {"us": (HOST, us_port)})
+        us, eu = await us_with_eu_down(loop, connect_backoff_s=0.02, connect_backoff_max_s=0.2)
+        eu_port = eu.transport.listen[1]
+        us_port = us.transport.listen[1]
         try:
             # eu is down: sending neither blocks nor fails.
             for slot in range(5):
@@ -408,10 +409,7 @@ def test_a_peer_that_comes_up_late_or_restarts_receives_what_is_sent_after() -> 
 
 def test_queue_is_bounded_and_drops_the_oldest_while_a_peer_is_down() -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> None:
-        us_port, eu_port = free_port(), free_port()
-        us = Node(loop, "us", us_port, {"eu": (HOST, eu_port)}, queue_messages_max=50)
-        eu = Node(loop, "eu", eu_port, {"us": (HOST, us_port)})
-        await us.transport.start()
+        us, eu = await us_with_eu_down(loop, queue_messages_max=50)
         try:
             for slot in range(10):
                 us.transport.send("eu", Accepted(0, B1, slot))
@@ -435,10 +433,7 @@ def test_messages_that_waited_past_the_age_limit_are_dropped_not_sent() -> None:
     (Paxos has sent them again meanwhile): only what is younger than queue_age_max_s."""
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
-        us_port, eu_port = free_port(), free_port()
-        us = Node(loop, "us", us_port, {"eu": (HOST, eu_port)}, queue_age_max_s=0.2)
-        eu = Node(loop, "eu", eu_port, {"us": (HOST, us_port)})
-        await us.transport.start()
+        us, eu = await us_with_eu_down(loop, queue_age_max_s=0.2)
         try:
             first = Accepted(0, B1, 0)
             us.transport.send("eu", first)
