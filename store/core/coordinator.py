@@ -304,50 +304,48 @@ class Coordinator(Execution):
         self, now_ns: int, src: str, submit: Submit, key: tuple[str, int], txn_id: int,
         ops: OpList,
     ) -> bool:
-        """The pair path: an operation list whose keys are on this shard and exactly one
-        other (no scan, no compare-and-set, speculation on) is certified in one round.
+        """The prepared path: an operation list whose keys are on this shard and at least
+        one other (no scan, no compare-and-set, speculation on) locks and reads in one round.
 
         Here, in this step: lock this shard's writes (drawing its counter) and read this
-        shard's keys. Then one ``PrepareRequest`` to the other shard, carrying this part of
+        shard's keys. Then one ``PrepareRequest`` to each other shard, carrying this part of
         the clock: it locks its writes, reads, checks its only-read keys against other
-        transactions' locks and votes (``Participant.prepare``). On its answer
-        (``on_prepare_reply``) the list runs on both shards' values, this shard's reads are
-        validated, and the transaction is decided and installed here at once; the other
-        shard gets an ``InstallRequest`` if it holds locks. Against the general path
-        (read, lock, validate, install: four rounds) this is one round before the
-        decision; the reasons it is still serializable are in ``Participant.prepare``.
-        False (nothing done) if the list does not qualify."""
+        transactions' locks and votes (``Participant.prepare``). Once every answer is in
+        (``on_prepare_reply``) the list runs on the values and this shard's reads are
+        validated. With one other shard (the pair path) the transaction is decided and
+        installed then: the other shard's clock was whole when it stamped its only-read
+        keys. With more, each other shard that has keys it only read validates them (and
+        stamps the whole clock on them) in a second round (``ValidateRequest``), a shard
+        whose every read is of a key it locked needs none (its locks kept those versions);
+        then the decision. Against the general path (read, lock, validate, install: four
+        rounds) this is one or two rounds before the decision; the reasons it is still
+        serializable are in ``Participant.prepare``. False (nothing done) if the list does
+        not qualify."""
         if ops.batch.scans or ops.conditional or not self.settings.speculation:
             return False
         if self.partitioner.replicated and self._writes_replicated(ops):
             return False
         shard_of = self._read_shard_of if self.partitioner.replicated else self.partitioner.shard_of
         here = self.shard
-        other = -1
         local_reads: list[str] = []
-        remote_reads: list[str] = []
+        remote_reads: dict[int, list[str]] = {}
         for read_key in ops.batch.keys:
             shard = shard_of(read_key)
             if shard == here:
                 local_reads.append(read_key)
-                continue
-            if other not in (-1, shard):
-                return False
-            other = shard
-            remote_reads.append(read_key)
+            else:
+                remote_reads.setdefault(shard, []).append(read_key)
         local_locks: list[str] = []
-        remote_locks: list[str] = []
+        remote_locks: dict[int, list[str]] = {}
         shard_of = self.partitioner.shard_of
         for written in ops.written:
             shard = shard_of(written)
             if shard == here:
                 local_locks.append(written)
-                continue
-            if other not in (-1, shard):
-                return False
-            other = shard
-            remote_locks.append(written)
-        if other == -1 or not (local_reads or local_locks):
+            else:
+                remote_locks.setdefault(shard, []).append(written)
+        others = remote_reads.keys() | remote_locks.keys()
+        if not others or not (local_reads or local_locks):
             return False
         txn = Transaction(txn_id, submit, src, None, self.epoch)
         txn.submitted_at = now_ns
@@ -366,20 +364,29 @@ class Coordinator(Execution):
             txn.counters[here] = counter
             txn.deps = deps
             txn.write_shards[here] = []
-        if remote_locks:
-            txn.write_shards[other] = []
+        for shard in remote_locks:
+            txn.write_shards[shard] = []
         self._absorb_reads(txn, here, self.participant.read(local_reads), [])
-        base = txn.read_vc.merge(txn.deps)
-        if counter:
-            base = base.with_entry(self.partitioner.clock_of(here), counter)
+        base = EMPTY
+        if len(others) == 1:
+            # The pair path: the other shard stamps its only-read keys with the whole clock,
+            # this part and its own. With more, the stamps come with the validation round,
+            # and ``base`` would be bytes no one uses.
+            base = txn.read_vc.merge(txn.deps)
+            if counter:
+                base = base.with_entry(self.partitioner.clock_of(here), counter)
         self._txns[txn_id] = txn
         self._by_client[key] = txn_id
         txn.phase = PREPARING
-        txn.waiting.add(other)
-        self._request(
-            now_ns, txn_id, other,
-            PrepareRequest(txn_id, remote_reads, remote_locks, base, self.epoch),
-        )
+        for shard in sorted(others):
+            txn.waiting.add(shard)
+            self._request(
+                now_ns, txn_id, shard,
+                PrepareRequest(
+                    txn_id, remote_reads.get(shard, []), remote_locks.get(shard, []), base,
+                    self.epoch,
+                ),
+            )
         return True
 
     def on_prepare_reply(self, now_ns: int, reply: PrepareReply) -> None:
@@ -395,13 +402,15 @@ class Coordinator(Execution):
         if reply.status == PREPARE_CONFLICT:
             self._abort_everywhere(now_ns, txn, "conflict")
             return
-        ops = txn.ops
-        assert ops is not None
         if shard in txn.write_shards:
             assert reply.counter > 0, "a prepare that locked drew no counter"
             txn.counters[shard] = reply.counter
         txn.deps = txn.deps.merge(reply.deps)
         self._absorb_reads(txn, shard, reply.items, [])
+        if txn.waiting:
+            return
+        ops = txn.ops
+        assert ops is not None
         if len(txn.batch_items) != len(ops.batch.keys):
             # A reply that does not answer what was asked (only a faulty peer sends one).
             self._abort_everywhere(now_ns, txn, "malformed prepare reply")
@@ -419,13 +428,41 @@ class Coordinator(Execution):
         for written, (value, deleted) in txn.writes.items():
             txn.write_shards[shard_of(written)].append((written, value, deleted))
         self._clock(txn)
-        reads = list(txn.reads.get(self.shard, {}).items())
-        if (reads or self.shard in txn.counters) and not self.participant.validate(
+        here = self.shard
+        reads = list(txn.reads.get(here, {}).items())
+        if (reads or here in txn.counters) and not self.participant.validate(
             txn.txn_id, reads, [], txn.vc, txn.epoch
         ):
             self._abort_everywhere(now_ns, txn, "validation failed")
             return
+        if len(txn.reads) > 2 and self._validate_only_read(now_ns, txn):
+            return
         self._decide(now_ns, txn)
+
+    def _validate_only_read(self, now_ns: int, txn: Transaction) -> bool:
+        """The prepared path's second round, with more than one other shard: each stamped
+        its only-read keys with a part of the clock and read them before every lock was
+        held, so each validates them now (and stamps the whole clock on them). A shard
+        whose every read is of a key it locked is not asked: its locks kept those versions,
+        and the versions this transaction installs dominate their clocks. True if a
+        ``ValidateRequest`` is out (``on_validate_reply`` decides)."""
+        txn.phase = VALIDATING
+        here = self.shard
+        for shard, shard_reads in sorted(txn.reads.items()):
+            if shard == here:
+                continue
+            # Without a compare-and-set the keys written are the keys locked.
+            only_read = [
+                (read_key, vid) for read_key, vid in shard_reads.items()
+                if read_key not in txn.writes
+            ]
+            if only_read:
+                txn.waiting.add(shard)
+                self._request(
+                    now_ns, txn.txn_id, shard,
+                    ValidateRequest(txn.txn_id, only_read, [], txn.vc, txn.epoch),
+                )
+        return bool(txn.waiting)
 
     def _finish_client(self, txn: Transaction, status: Status, result: Any, detail: str) -> None:
         waited_ns = 0

@@ -236,19 +236,25 @@ class Participant:
     def prepare(
         self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
     ) -> tuple[int, int, list[ReadItem], VectorClock]:
-        """The one round of a two-shard operation list (the coordinator's pair path): locks
+        """The first round of the coordinator's prepared path for an operation list: locks
         ``locks`` and draws a counter (if any), reads ``reads``, checks that no key it only
         reads is locked by another transaction, and votes yes, all in one step. Returns
-        (PREPARED or REFUSED, counter, items read, dependencies of the locks).
+        (PREPARED or REFUSED, counter, items read, dependencies of the locks). An item of a
+        key also locked here goes without its clock: that clock is in the dependencies.
 
-        Why one step is enough. The coordinator locked its own shard's writes before it
-        sent this, so every lock of the transaction is held now: the reads made here are
-        validated at a moment when all its locks are held (the rule of module doc, step 2),
-        and the coordinator validates its own reads after this reply. ``base`` is the
-        coordinator's whole part of the clock, so the clock is known here too, and the keys
-        only read are stamped with it at once; a writer that locks them later sees the
-        stamp. A transaction that locked nothing here holds nothing after this call: there
-        is nothing to install or abort here, and a retransmission simply reads again.
+        Why one step is enough on two shards (the pair path). The coordinator locked its
+        own shard's writes before it sent this, so every lock of the transaction is held
+        now: the reads made here are validated at a moment when all its locks are held (the
+        rule of module doc, step 2), and the coordinator validates its own reads after this
+        reply. ``base`` is the coordinator's whole part of the clock, so the clock is known
+        here too, and the keys only read are stamped with it at once; a writer that locks
+        them later sees the stamp. On three shards or more neither holds (another shard may
+        not have locked yet, and its counter is not in ``base``, which is then empty): keys
+        read here under this transaction's own locks need nothing more, and the coordinator
+        validates the keys only read here in a second round, stamping the whole clock
+        (``Coordinator._validate_only_read``). A transaction that locked nothing here holds
+        nothing after this call: there is nothing to install or abort here, and a
+        retransmission simply reads again.
 
         Once prepared the transaction has voted: its locks do not expire; only an install,
         an abort or the end of its epoch releases them."""
@@ -299,6 +305,14 @@ class Participant:
             vc = self._sparse(full)
             if vc.entries:
                 self.stamp_reads(((key, 0) for key in only_read), (), vc)
+        if locks and len(only_read) < len(items):
+            # A key read and locked here: its version's clock is in ``deps`` already (the
+            # version it overwrites), so the item goes without it (fewer bytes on the wire).
+            items = [
+                (key, vid, value, deleted, EMPTY, writer) if key in locked
+                else (key, vid, value, deleted, vc_read, writer)
+                for key, vid, value, deleted, vc_read, writer in items
+            ]
         if locks:
             held = _Held(locks, counter, deps, epoch)
             held.voted = True

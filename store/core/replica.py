@@ -235,6 +235,10 @@ class ShardLeader:
         # When this leader last gossiped, and how far its vector watermark had moved then.
         self._gossiped_at = now_ns
         self._gossiped_moves = -1
+        # Workers of a shard of several: whether this one has heard, in a reply, of another
+        # shard's entry rising since it last gossiped to its fellows, and when that was.
+        self._fellow_news = False
+        self._fellow_gossiped_at = now_ns
         self._gc_at = now_ns + settings.gc_interval_ns
         # Epochs (docs/recovery.md).
         self.epoch = 0
@@ -306,6 +310,8 @@ class ShardLeader:
         refreshed, transactions held for it released."""
         self._pump_stream()
         self._refresh_watermark()
+        if self._fellow_news:
+            self._gossip_to_fellows()
         if self.coordinator.held:
             self.coordinator.release_held()
         if self._probe is not None:
@@ -345,6 +351,10 @@ class ShardLeader:
                     for fellow in range(first, first + self.workers):
                         if fellow != self.shard and fellow not in sent:
                             self._outbox.append((self.peers[fellow], gossip))
+                    self._fellow_news = False
+                    self._fellow_gossiped_at = now_ns
+        if self._fellow_news:
+            self._gossip_to_fellows()
         self._pump_stream()
         if now_ns >= self._gc_at:
             self._gc_at = now_ns + self.settings.gc_interval_ns
@@ -383,6 +393,10 @@ class ShardLeader:
         messages, self._outbox = self._outbox, []
         wake_at = min(self._next_gossip_at(), self._gc_at)
         heartbeat_at = self._heartbeat_at if self.cm_members else None
+        if self._fellow_news:
+            wake_at = min(
+                wake_at, self._fellow_gossiped_at + self.settings.fellow_gossip_spacing_ns
+            )
         for deadline in (
             self.coordinator.next_deadline(), self._stream_wake_at, heartbeat_at,
             self.participant.next_expiry(), self._hold_ends_at(),
@@ -457,6 +471,11 @@ class ShardLeader:
         own = self.durable_watermark()
         if self.workers == 1:
             return own
+        if self._shared is not None:
+            # The fellows' claims as they stand now, not as at this worker's last step: one
+            # may have settled since what holds the shard's entry below a coordinator's
+            # transaction, which would otherwise learn it by gossip only.
+            self._share_claims(own)
         # The shard's entry is the least of its units' claims, this worker's as last learned
         # (at most ``own``) among them.
         entry = min(own, self.vw[self.clock])
@@ -558,6 +577,24 @@ class ShardLeader:
                 stream.forget_before(forget)
                 stream.acceptor.forget_before(forget)
         self._stream_wake_at = ready.wake_at
+
+    def _gossip_to_fellows(self) -> None:
+        """What this worker heard in replies of other shards' entries, to its fellows at
+        once (at most every ``Settings.fellow_gossip_spacing_ns``). A shard's load is spread
+        over its workers, so each hears from other shards 1/W as often as a single leader
+        would; without this a fellow's transaction waiting on an entry this worker already
+        knows would wait for the next round of gossip."""
+        now_ns = self._now_ns
+        if now_ns < self._fellow_gossiped_at + self.settings.fellow_gossip_spacing_ns:
+            return  # the next tick sends it (ready's wake_at)
+        self._fellow_news = False
+        self._fellow_gossiped_at = now_ns
+        known = self.vw
+        gossip = Gossip(self.shard, dict(known.entries), known.claims.get(self.shard, 0), self.epoch)
+        first = self.clock * self.workers
+        for fellow in range(first, first + self.workers):
+            if fellow != self.shard:
+                self._outbox.append((self.peers[fellow], gossip))
 
     def _push_gossip(self) -> None:
         """Gossip at once, but not more often than Settings.gossip_push_spacing_ns (also
@@ -785,6 +822,9 @@ class ShardLeader:
         shard = unit // self.workers
         if self.vw.learn_clocks({shard: watermark}):
             self.waits.release(shard)
+            if shard != self.clock and not self._replicated:
+                # (With followers a worker that installs pushes gossip, to its fellows too.)
+                self._fellow_news = True
 
     # ---- handlers ------------------------------------------------------------------------
 

@@ -172,3 +172,36 @@ def test_a_worker_counting_alone_draws_above_what_its_writes_depend_on() -> None
     participant.floor_on_deps = True
     ok, counter, deps = participant.lock(11, ["t/k"], 0)
     assert ok and deps[0] == 100 and counter > 100
+
+
+def test_a_worker_tells_its_fellows_at_once_of_another_shards_entry_heard_in_a_reply() -> None:
+    """A shard's transactions are spread over its workers, so each hears from other shards
+    1/W as often as one leader would; what one hears in a reply goes to its fellows at once
+    (at most once per ``fellow_gossip_spacing_ns``), not at the next round of gossip."""
+    from store.core.partition import Partitioner, WorkerPartitioner
+    from store.core.replica import ShardLeader
+    from store.core.txn import Procedures
+    from store.protocol.messages import Gossip, ValidateReply
+
+    peers = [f"unit/{unit}" for unit in range(4)]  # units 0, 1: shard 0; 2, 3: shard 1
+    leader = ShardLeader(
+        0, peers, WorkerPartitioner(Partitioner(2), 2), Procedures(), counter=LocalCounter()
+    )
+    spacing = DEFAULT_SETTINGS.fellow_gossip_spacing_ns
+    assert 4 * spacing < DEFAULT_SETTINGS.gossip_interval_ns
+    leader.ready()
+    now = spacing  # the regular gossip is due at gossip_interval_ns only
+    leader.handle(now, peers[2], ValidateReply(1, 2, True, 7))
+    sent = [(to, m) for to, m in leader.ready().messages if isinstance(m, Gossip)]
+    assert [to for to, _ in sent] == [peers[1]] and sent[0][1].watermarks[1] == 7
+    # Within the spacing: nothing yet, but a wake-up when it has passed.
+    leader.handle(now + 1, peers[3], ValidateReply(2, 3, True, 9))
+    ready = leader.ready()
+    assert not [m for _, m in ready.messages if isinstance(m, Gossip)]
+    assert ready.wake_at <= now + spacing
+    leader.tick(now + spacing)
+    sent = [(to, m) for to, m in leader.ready().messages if isinstance(m, Gossip)]
+    assert [to for to, _ in sent] == [peers[1]] and sent[0][1].watermarks[1] == 9
+    # Its own shard's entry is not news for the fellows (they read the shared counter).
+    leader.handle(now + 3 * spacing, peers[1], ValidateReply(3, 1, True, 5))
+    assert not [m for _, m in leader.ready().messages if isinstance(m, Gossip)]

@@ -106,14 +106,17 @@ def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.Monk
     monkeypatch.setattr(ShardWatermark, "watermark", property(uncapped))
     # The stream's stamp past its entry's epoch stops the replica (an assertion in
     # ShardLeader._pump_stream): an invariant broken, and what hung on that replica.
-    caught(FAULTS, [22], {"invariant-broken", "committed-before-durable", "lost-committed"})
+    caught(FAULTS, [4, 10], {"invariant-broken", "committed-before-durable", "lost-committed"})
 
 
 def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ShardWatermark, "beyond_epoch", lambda self: False)
-    caught(FAULTS, [302], {"committed-before-durable", "lost-committed", "invariant-broken"})
+    # Seeds 150, 356, 535 of 0-999 on 2026-12-03 (none of 0-119: a rare schedule).
+    caught(
+        FAULTS, [150, 356, 535], {"committed-before-durable", "lost-committed", "invariant-broken"}
+    )
 
 
 def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
