@@ -333,11 +333,7 @@ class ShardLeader:
                 # its shard, and this shard's is fresh (its fellows' claims are read from
                 # the shared counter at every step), so a peer hears of a shard from any of
                 # its workers instead of waiting for every one.
-                known = self.vw
-                gossip = Gossip(
-                    self.shard, dict(known.entries),
-                    known.claims.get(self.shard, 0) if self.workers > 1 else 0, self.epoch,
-                )
+                gossip = self._gossip_message()
                 sent = []
                 for step in range(min(self.settings.gossip_fanout, others)):
                     shard = (self.shard + 1 + (self._gossip_next + step) % others) % len(self.peers)
@@ -589,12 +585,18 @@ class ShardLeader:
             return  # the next tick sends it (ready's wake_at)
         self._fellow_news = False
         self._fellow_gossiped_at = now_ns
-        known = self.vw
-        gossip = Gossip(self.shard, dict(known.entries), known.claims.get(self.shard, 0), self.epoch)
+        gossip = self._gossip_message()
         first = self.clock * self.workers
         for fellow in range(first, first + self.workers):
             if fellow != self.shard:
                 self._outbox.append((self.peers[fellow], gossip))
+
+    def _gossip_message(self) -> Gossip:
+        """What this replica knows of every shard's entry, its own claim (workers > 1) and
+        its epoch."""
+        known = self.vw
+        claim = known.claims.get(self.shard, 0) if self.workers > 1 else 0
+        return Gossip(self.shard, dict(known.entries), claim, self.epoch)
 
     def _push_gossip(self) -> None:
         """Gossip at once, but not more often than Settings.gossip_push_spacing_ns (also

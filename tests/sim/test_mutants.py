@@ -17,6 +17,8 @@ workload that reaches it; the oracle or checker named must object. The rules:
 * the second round of the prepared path on three shards or more (the keys only read at
   the other shards, read before every lock was held and stamped with a part of the clock,
   validated and stamped again: ``Coordinator._validate_only_read``);
+* which prepared items may go without their version's clock (only those of keys the
+  participant also locked: their clocks are in the lock's dependencies);
 * a follower's visibility rule: a snapshot shows a version only if its clock is at or below
   the follower's vector watermark (DESIGN.md §4);
 * a scan shows a key's tombstone, not the version below it (clear_range's deletes,
@@ -205,6 +207,21 @@ def test_without_the_second_round_of_the_prepared_path_on_three_shards(
     # Unvalidated reads: a cycle of anti-dependencies (seed 2 of 0-9 on 2026-12-03).
     caught(SimOptions(loss=0.05), [2], {"G-single", "G-single-realtime", "G2-item"})
     # Stamps of a part of the clock: a follower shows a writer without what it read over.
+    caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"dependency-uncovered"})
+
+
+def test_prepared_items_of_keys_only_read_sent_without_their_clocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prepare = Participant.prepare
+
+    def clockless(self: Participant, *args: Any) -> Any:
+        status, counter, items, deps = prepare(self, *args)
+        empty = participant_module.EMPTY
+        return status, counter, [(k, v, x, d, empty, w) for k, v, x, d, _, w in items], deps
+
+    monkeypatch.setattr(Participant, "prepare", clockless)
+    # Seeds 0-5 all showed it on 2026-12-03.
     caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"dependency-uncovered"})
 
 
