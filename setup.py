@@ -22,7 +22,8 @@ setup(
         Extension(
             "store.rpc._native",
             sources=["native/mr_core.c", "native/mr_hmac.c", "native/mr_crc32c.c",
-                     "native/mr_sync.c", "native/mr_counter.c", "native/mr_module.c"],
+                     "native/mr_sync.c", "native/mr_counter.c", "native/mr_vwshare.c",
+                     "native/mr_module.c"],
             depends=["native/mr_core.h", "native/mr_hmac.h", "native/mr_crc32c.h"],
             include_dirs=["native"],
             extra_compile_args=compile_args,

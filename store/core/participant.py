@@ -77,6 +77,10 @@ ABORTED = 3
 OnInstalled = Callable[[int, int, list[Write], VectorClock], None]
 
 
+def _same(clock: VectorClock) -> VectorClock:
+    return clock
+
+
 def _raise_into(clock: dict[int, int], entries: Mapping[int, int]) -> None:
     """Raises ``clock`` (a clock being built, entry-wise) to ``entries``."""
     for shard, counter in entries.items():
@@ -178,7 +182,9 @@ class Participant:
 
     # ---- reads ---------------------------------------------------------------------------
 
-    def read(self, keys: Iterable[str]) -> list[ReadItem]:
+    def read(self, keys: Iterable[str], sparse: bool = False) -> list[ReadItem]:
+        """The newest version of each key. ``sparse`` (an answer to another shard): each
+        version's clock without the entries this shard knows durable (``_sparse``)."""
         items: list[ReadItem] = []
         latest = self.store.latest
         for key in keys:
@@ -187,17 +193,19 @@ class Participant:
                 items.append((key, 0, None, False, EMPTY, 0))
             else:
                 value = None if version.deleted else version.value
-                items.append((key, version.vid, value, version.deleted, version.vc, version.txn_id))
+                vc = self._sparse(version.vc) if sparse else version.vc
+                items.append((key, version.vid, value, version.deleted, vc, version.txn_id))
         return items
 
-    def scan(self, lo: str, hi: str, limit: int) -> list[ReadItem]:
+    def scan(self, lo: str, hi: str, limit: int, sparse: bool = False) -> list[ReadItem]:
+        clock = self._sparse if sparse else _same
         return [
-            (key, v.vid, v.value, False, v.vc, v.txn_id)
+            (key, v.vid, v.value, False, clock(v.vc), v.txn_id)
             for key, v in self.store.scan(lo, hi, limit)
         ]
 
-    def scan_many(self, scans: Iterable[ScanRange]) -> list[list[ReadItem]]:
-        return [self.scan(lo, hi, limit) for lo, hi, limit in scans]
+    def scan_many(self, scans: Iterable[ScanRange], sparse: bool = False) -> list[list[ReadItem]]:
+        return [self.scan(lo, hi, limit, sparse) for lo, hi, limit in scans]
 
     # ---- certification -------------------------------------------------------------------
 
@@ -228,6 +236,9 @@ class Participant:
         if self.floor_on_deps:
             self.watermark.raise_floor(deps[self.shard])
         counter = self.watermark.draw()
+        # Entries this shard knows durable carry nothing (DESIGN.md §4), and the versions
+        # overwritten keep the clocks they were certified with, durable entries and all.
+        deps = self._sparse(deps)
         self._held[txn_id] = _Held(keys, counter, deps, epoch)
         if now_ns is not None and self.settings.lock_timeout_ns > 0:
             heapq.heappush(self._expiries, (now_ns + self.settings.lock_timeout_ns, txn_id))
@@ -287,7 +298,7 @@ class Participant:
             if locks and not self._skip_locking:
                 store.unlock_all(locks, txn_id)
             return REFUSED, 0, [], EMPTY
-        items = self.read(reads)
+        items = self.read(reads, sparse=True)
         counter = 0
         deps = EMPTY
         if locks:
@@ -295,6 +306,7 @@ class Participant:
             if self.floor_on_deps:
                 self.watermark.raise_floor(deps[self.shard])
             counter = self.watermark.draw()
+            deps = self._sparse(deps)  # as ``lock`` does
         if only_read:
             full = base.merge(deps)
             for item in items:

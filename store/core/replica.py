@@ -60,6 +60,7 @@ from store.core.watermark import (
     CounterSource,
     ShardWatermark,
     VectorWatermark,
+    WatermarkBoard,
     clock_watermark,
 )
 from store.protocol.cluster_map import ClusterMap
@@ -160,6 +161,7 @@ class ShardLeader:
         store: VersionedStore | None = None,
         takeover: Takeover | None = None,
         counter: CounterSource | None = None,
+        board: WatermarkBoard | None = None,
     ) -> None:
         assert 0 <= shard < len(peers)
         assert partitioner.workers == 1 or len(peers) == partitioner.shard_count
@@ -184,6 +186,13 @@ class ShardLeader:
         # shared counter), so that a fellow's transactions need not wait for the gossip.
         self._shared = counter if counter is not None and 1 < self.workers <= CLAIM_SLOTS else None
         self._worker = shard % self.workers
+        # Where the shard's workers share what each knows of every shard's watermark
+        # (``WatermarkBoard``): a worker publishes its vector watermark after a step that
+        # moved it and reads its fellows' before every step.
+        self._board = board if self.workers > 1 else None
+        self._board_known = [0] * (len(peers) // self.workers)  # what it has read there
+        self._board_seen = [0] * self.workers  # each fellow's last sequence number read
+        self._board_moves = -1  # vw.moves when this worker last published
         self._floor = 0  # the largest fellow worker's claim raise_floor was given
         # What waits for the vector watermark: the coordinator's certified transactions
         # and the participant's hidden writes; released whenever an entry rises (_learn).
@@ -292,6 +301,8 @@ class ShardLeader:
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
         self._now_ns = self.coordinator.now_ns = now_ns
+        if self._board is not None:
+            self._read_board()
         if isinstance(message, PaxosMessage):
             if self.stream is not None and message.stream == self.shard:
                 self.stream.handle(now_ns, src, message)
@@ -319,6 +330,8 @@ class ShardLeader:
 
     def tick(self, now_ns: int) -> None:
         self._now_ns = self.coordinator.now_ns = now_ns
+        if self._board is not None:
+            self._read_board()
         if self.stream is not None:
             self.stream.tick(now_ns)
         self.coordinator.on_timer(now_ns)
@@ -791,6 +804,31 @@ class ShardLeader:
             self._learn(self.shard, mark)
         if self.workers > 1:
             self._share_claims(mark)
+            board = self._board
+            if board is not None and self.vw.moves != self._board_moves:
+                self._board_moves = self.vw.moves
+                # Tagged with the later of its two epochs: a fellow in an earlier epoch
+                # takes nothing from it (the rule of gossip, VectorWatermark.learn_entries).
+                board.publish(self._worker, max(self.epoch, self.vw.epoch), self.vw.entries)
+
+    def _read_board(self) -> None:
+        """What this worker's fellows know of every shard's watermark, from the board: as
+        gossip from each of them would tell it, at once and without a message."""
+        board = self._board
+        assert board is not None
+        epoch = self.vw.epoch
+        known, seen = self._board_known, self._board_seen
+        moved = False
+        for worker in range(self.workers):
+            if worker == self._worker:
+                continue
+            got = board.pull(worker, epoch, known, seen[worker])
+            if got is not None:
+                seen[worker], raised = got
+                if raised:
+                    moved |= self.vw.learn_entries(dict(raised), epoch)
+        if moved:
+            self.waits.release()
 
     def _share_claims(self, mark: int) -> None:
         """A worker of a shard of several: publishes its claim ``mark`` for its fellows and
@@ -824,7 +862,7 @@ class ShardLeader:
         shard = unit // self.workers
         if self.vw.learn_clocks({shard: watermark}):
             self.waits.release(shard)
-            if shard != self.clock and not self._replicated:
+            if shard != self.clock and not self._replicated and self._board is None:
                 # (With followers a worker that installs pushes gossip, to its fellows too.)
                 self._fellow_news = True
 
@@ -859,8 +897,8 @@ class ShardLeader:
                     message.txn_id,
                     message.req_no,
                     self.shard,
-                    participant.read(message.keys),
-                    participant.scan_many(message.scans),
+                    participant.read(message.keys, sparse=True),
+                    participant.scan_many(message.scans, sparse=True),
                     self.reply_watermark(),
                 ),
             )

@@ -91,6 +91,55 @@ class LocalCounter:
         return self._value
 
 
+class WatermarkBoard(Protocol):
+    """Where the workers of one shard publish what they know of every shard's watermark, and
+    read what their fellows know (``store.rpc._native.SharedWatermarks``, a shared memory
+    file with one slot per worker; ``LocalWatermarks`` in the simulator): what any worker of
+    the shard hears, in a reply or in gossip, all its fellows know at their next step."""
+
+    def publish(self, slot: int, epoch: int, entries: Mapping[int, int], /) -> None: ...
+
+    def pull(
+        self, slot: int, epoch: int, known: list[int], seen: int, /
+    ) -> tuple[int, list[tuple[int, int]]] | None: ...
+
+
+class LocalWatermarks:
+    """A watermark board in one process: what the simulator's workers of a shard share. It
+    behaves as SharedWatermarks (native/mr_vwshare.c) does between whole writes: a slot holds
+    its writer's last ``publish`` (every shard's entry, 0 for one it does not name) with a
+    sequence number; ``pull`` answers None while the number is ``seen`` or the writer is in a
+    later epoch than the reader, and otherwise the entries above ``known`` (raising it)."""
+
+    __slots__ = ("_slots", "shards")
+
+    def __init__(self, shards: int, slots: int) -> None:
+        self.shards = shards
+        self._slots: list[tuple[int, int, list[int]]] = [(0, 0, [0] * shards)] * slots
+
+    def publish(self, slot: int, epoch: int, entries: Mapping[int, int], /) -> None:
+        values = [0] * self.shards
+        for shard, mark in entries.items():
+            if not 0 <= shard < self.shards or mark < 0:
+                raise ValueError(f"LocalWatermarks.publish: entry {shard}: {mark}")
+            values[shard] = mark
+        seq = self._slots[slot][0]
+        self._slots[slot] = (seq + 2, epoch, values)
+
+    def pull(
+        self, slot: int, epoch: int, known: list[int], seen: int, /
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        seq, written, values = self._slots[slot]
+        if seq == seen or written > epoch:
+            return None
+        raised = []
+        for shard, mark in enumerate(values):
+            if mark > known[shard]:
+                known[shard] = mark
+                raised.append((shard, mark))
+        return seq, raised
+
+
 class ShardWatermark:
     """Counter and watermark of one shard, as seen by its leader (or by one of its workers).
 

@@ -51,7 +51,7 @@ from store.node.replication import ReplicationTransport, TlsIdentity
 from store.node.snapshot import SnapshotWriter, read_snapshot
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
-from store.rpc._native import SharedCounter
+from store.rpc._native import SharedCounter, SharedWatermarks
 from store.rpc.aio import Rpc, new_event_loop
 
 log = logging.getLogger("meridian.server")
@@ -125,6 +125,19 @@ def shard_counter(config: ClusterConfig, unit: int) -> SharedCounter | None:
     directory = config.run_dir / "counters"
     directory.mkdir(parents=True, exist_ok=True)
     return SharedCounter(directory / f"shard-{unit // config.workers}", create=True)
+
+
+def shard_board(config: ClusterConfig, unit: int) -> SharedWatermarks | None:
+    """The watermark board the workers of ``unit``'s shard share (None with one worker):
+    a file beside the shard's counter, one slot per worker."""
+    if config.workers == 1:
+        return None
+    directory = config.run_dir / "counters"
+    directory.mkdir(parents=True, exist_ok=True)
+    return SharedWatermarks(
+        directory / f"shard-{unit // config.workers}.vw", config.shard_count, config.workers,
+        create=True,
+    )
 
 
 class ShardServer:
@@ -222,6 +235,7 @@ class ShardServer:
                 cm_members=cm_members,
                 breaks=breaks,
                 counter=shard_counter(config, shard),
+                board=shard_board(config, shard),
             )
         else:
             replica = ShardFollower(

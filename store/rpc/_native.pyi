@@ -1,6 +1,7 @@
 """Type stub of the C extension built from native/ (see docs/rpc.md)."""
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 HEADER_BYTES: int
@@ -143,3 +144,29 @@ class SharedCounter:
     def close(self) -> None:
         """Unmaps the file (the value stays in it); any later call but ``close`` raises
         RuntimeError."""
+
+class SharedWatermarks:
+    """What the worker processes of one shard know of every shard's watermark, in a shared
+    memory file (native/mr_vwshare.c): one slot per worker, each written by its worker alone
+    under a sequence lock and read by its fellows. Entries are watermarks (>= 0) by shard in
+    ``[0, shards)``."""
+
+    def __init__(
+        self, path: str | bytes | os.PathLike[str], shards: int, slots: int, create: bool = False
+    ) -> None:
+        """Maps the file at ``path``. With ``create`` a missing or empty file becomes a board
+        of ``shards`` entries in each of ``slots`` slots, all 0. OSError if the file cannot be
+        opened or mapped; ValueError if it is not such a board (it is left as it was) or the
+        sizes are out of range."""
+    def publish(self, slot: int, epoch: int, entries: Mapping[int, int], /) -> None:
+        """Slot ``slot``'s worker, in ``epoch``, knows ``entries`` (every shard it does not
+        name: 0). ValueError (the slot unchanged) for a bad slot, shard or watermark."""
+    def pull(
+        self, slot: int, epoch: int, known: list[int], seen: int, /
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        """What slot ``slot`` holds above ``known`` (a list of ``shards`` ints, raised in
+        place), as (its sequence number, [(shard, watermark), ...]). None when its sequence
+        number is ``seen`` (nothing new), when its writer is in a later epoch than ``epoch``,
+        or while it is being written (or its writer died writing)."""
+    def close(self) -> None:
+        """Unmaps the file; any later call but ``close`` raises RuntimeError."""

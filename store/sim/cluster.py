@@ -28,7 +28,7 @@ from store.core.replica import Probe, ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
 from store.core.txn import Procedures
 from store.core.vclock import EMPTY
-from store.core.watermark import LocalCounter
+from store.core.watermark import LocalCounter, LocalWatermarks
 from store.node.host import ReplicaHost, restore_follower
 from store.proto.convert import BATCH_MESSAGES_MAX, parse_batch, to_batch
 from store.protocol.cluster_map import ClusterMap
@@ -234,6 +234,11 @@ class SimCluster:
         # a SharedCounter in production (none with one worker: the leader counts itself).
         workers = self.partitioner.workers
         counters = [LocalCounter() for _ in range(shards // workers)] if workers > 1 else None
+        # And a watermark board, as they share a SharedWatermarks file.
+        boards = (
+            [LocalWatermarks(shards // workers, workers) for _ in range(shards // workers)]
+            if workers > 1 else None
+        )
         for shard in range(shards):
             leader = ShardLeader(
                 shard, self.leader_addresses, self.partitioner, procedures, settings,
@@ -241,6 +246,7 @@ class SimCluster:
                 followers=[follower_address(region, shard) for region in others],
                 stream_settings=stream_settings, cm_members=self.cm_members,
                 counter=counters[shard // workers] if counters is not None else None,
+                board=boards[shard // workers] if boards is not None else None,
             )
             self.leaders.append(leader)
             self._serve(leader, home)

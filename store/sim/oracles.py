@@ -6,7 +6,8 @@ install in store order, and each replica's vector watermark after every step tha
 From that record:
 
 * **dominance** (DESIGN.md §3, Mako §4.2): at certification, the clock of every version a
-  transaction read is at or below its own (full) clock;
+  transaction read is at or below its own (full) clock, except for entries then known
+  durable (a participant leaves those out of the clocks it answers with);
 * **dependency closure**: after every step that raised any replica's vector watermark,
   the set of certified transactions whose full clocks are at or below what is then known
   durable (the element-wise maximum of every replica's vector watermark) is closed under
@@ -95,9 +96,13 @@ class Recorder:
         self.by_client[certification.client] = txn_id
         self.known_at_certification.setdefault(txn_id, len(self.known_chain) - 1)
         full = certification.full
+        known = self.known
         for key, writer in certification.reads:
             writer_vc = self.clocks.get(writer)
-            if writer and writer_vc is not None and not writer_vc <= full:
+            if writer and writer_vc is not None and not writer_vc <= full and any(
+                counter > full[shard] and counter > known.get(shard, 0)
+                for shard, counter in writer_vc.items()
+            ):
                 self._note(self.dominance, f"txn {txn_id} {full} read {key!r} from {writer} {writer_vc}")
 
     def installed(

@@ -205,3 +205,60 @@ def test_a_worker_tells_its_fellows_at_once_of_another_shards_entry_heard_in_a_r
     # Its own shard's entry is not news for the fellows (they read the shared counter).
     leader.handle(now + 3 * spacing, peers[1], ValidateReply(3, 1, True, 5))
     assert not [m for _, m in leader.ready().messages if isinstance(m, Gossip)]
+
+
+def test_fellows_know_at_once_what_one_heard_through_their_board() -> None:
+    """Workers of a shard that share a watermark board (``SharedWatermarks``: a file in
+    shared memory on their machine) need no gossip between them: what one hears of another
+    shard's entry, its fellow knows at its next step."""
+    from store.core.partition import Partitioner, WorkerPartitioner
+    from store.core.replica import ShardLeader
+    from store.core.txn import Procedures
+    from store.core.watermark import LocalWatermarks
+    from store.protocol.messages import Gossip, ValidateReply
+
+    peers = [f"unit/{unit}" for unit in range(4)]  # units 0, 1: shard 0; 2, 3: shard 1
+    partitioner = WorkerPartitioner(Partitioner(2), 2)
+    counter, board = LocalCounter(), LocalWatermarks(2, 2)
+    first, second = (
+        ShardLeader(unit, peers, partitioner, Procedures(), counter=counter, board=board)
+        for unit in (0, 1)
+    )
+    first.ready()
+    second.ready()
+    now = DEFAULT_SETTINGS.fellow_gossip_spacing_ns  # the regular gossip is not due yet
+    first.handle(now, peers[2], ValidateReply(1, 2, True, 7))
+    assert first.vw[1] == 7
+    assert not [m for _, m in first.ready().messages if isinstance(m, Gossip)]
+    assert second.vw[1] == 0
+    second.tick(now + 1)
+    assert second.vw[1] == 7
+    # And back: what the second hears, the first reads at its next step.
+    second.handle(now + 2, peers[3], ValidateReply(2, 3, True, 9))
+    first.tick(now + 3)
+    assert first.vw[1] == 9
+
+
+def test_a_participant_answers_without_the_entries_it_knows_durable() -> None:
+    """The versions a participant holds keep the clocks they were certified with; by the time
+    another transaction reads or overwrites them most entries are durable, and carry nothing
+    (DESIGN.md §4). Its answers (a lock's dependencies, a prepared transaction's, the items
+    it reads for another shard) leave out every entry at or below the vector watermark it
+    knows, and keep the rest."""
+    store = VersionedStore()
+    store.install("t/a", 1, False, VectorClock({1: 5, 2: 30}), 0, 7)
+    store.install("t/b", 2, False, VectorClock({1: 12, 2: 3}), 0, 8)
+    known = {1: 10, 2: 20}  # shard 1 durable up to 10, shard 2 up to 20
+    participant = Participant(
+        0, store, ShardWatermark(), DEFAULT_SETTINGS, lambda *args: None,
+        vector_watermark=known,
+    )
+    ok, _, deps = participant.lock(11, ["t/a"], 0)
+    assert ok and deps == VectorClock({2: 30})
+    status, _, items, deps = participant.prepare(12, ["t/b"], ["t/b"], VectorClock({}), 0)
+    assert deps == VectorClock({1: 12})
+    [(_, _, _, _, vc, _)] = participant.read(["t/b"], sparse=True)
+    assert vc == VectorClock({1: 12})
+    # Its own reads (the coordinator's, in its process) keep the whole clock.
+    [(_, _, _, _, vc, _)] = participant.read(["t/b"])
+    assert vc == VectorClock({1: 12, 2: 3})
