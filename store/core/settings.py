@@ -58,10 +58,12 @@ class Settings:
     # shard learns it is durable sooner (on the commit path of cross-shard transactions). At
     # most one such gossip per this spacing.
     gossip_push_spacing_ns: int = 1 * MS
-    # A worker of a shard of several, without followers, tells its fellows (on its machine)
-    # of another shard's entry it heard of in a reply at once, at most once per this spacing:
-    # the shard's transactions are spread over its workers, so each hears from other shards
-    # 1/W as often. (With followers every install pushes gossip, fellows included.)
+    # A worker of a shard of several, without followers and without a watermark board
+    # shared with its fellows (a worker a failover promoted away from its machine; workers
+    # started together share one, SharedWatermarks), tells its fellows of another shard's
+    # entry it heard of in a reply at once, at most once per this spacing: the shard's
+    # transactions are spread over its workers, so each hears from other shards 1/W as
+    # often. (With followers every install pushes gossip, fellows included.)
     fellow_gossip_spacing_ns: int = MS // 2
     # Failure detection (docs/recovery.md): every replica heartbeats to the configuration
     # manager each heartbeat_interval_ns; a shard leader silent for leader_timeout_ns is

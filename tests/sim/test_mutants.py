@@ -19,6 +19,8 @@ workload that reaches it; the oracle or checker named must object. The rules:
   validated and stamped again: ``Coordinator._validate_only_read``);
 * which prepared items may go without their version's clock (only those of keys the
   participant also locked: their clocks are in the lock's dependencies);
+* what a participant's answers leave out of clocks (the entries it knows durable, and
+  nothing more: a lock's dependencies, the clocks of the items it reads for another shard);
 * a follower's visibility rule: a snapshot shows a version only if its clock is at or below
   the follower's vector watermark (DESIGN.md §4);
 * a scan shows a key's tombstone, not the version below it (clear_range's deletes,
@@ -223,6 +225,39 @@ def test_prepared_items_of_keys_only_read_sent_without_their_clocks(
     monkeypatch.setattr(Participant, "prepare", clockless)
     # Seeds 0-5 all showed it on 2026-12-03.
     caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"dependency-uncovered"})
+
+
+def test_answers_without_the_dependencies_of_their_locks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Participants answer with the entries of their locks' dependencies they do not know
+    durable; with none at all, a writer's clock misses what it overwrote."""
+    lock, prepare = Participant.lock, Participant.prepare
+    empty = participant_module.EMPTY
+
+    def lock_without(self: Participant, *args: Any, **kwargs: Any) -> Any:
+        ok, counter, _ = lock(self, *args, **kwargs)
+        return ok, counter, empty
+
+    def prepare_without(self: Participant, *args: Any) -> Any:
+        status, counter, items, _ = prepare(self, *args)
+        return status, counter, items, empty
+
+    monkeypatch.setattr(Participant, "lock", lock_without)
+    monkeypatch.setattr(Participant, "prepare", prepare_without)
+    # Seeds 0-2 all showed it on 2026-12-04 (the install's own check stops the replica).
+    caught(SimOptions(loss=0.05), [0], {"dependency-uncovered", "invariant-broken"})
+
+
+def test_items_read_for_another_shard_without_their_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    read = Participant.read
+
+    def clockless(self: Participant, keys: Any, sparse: bool = False) -> Any:
+        empty = participant_module.EMPTY
+        items = read(self, keys, sparse)
+        return [(k, v, x, d, empty if sparse else vc, w) for k, v, x, d, vc, w in items]
+
+    monkeypatch.setattr(Participant, "read", clockless)
+    # Seed 1 of 0-2 on 2026-12-04.
+    caught(SimOptions(loss=0.05), [1], {"dependency-uncovered", "vc-dominance"})
 
 
 def test_a_follower_showing_versions_above_its_watermark(monkeypatch: pytest.MonkeyPatch) -> None:
