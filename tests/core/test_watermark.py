@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.core.epoch import counter_base
-from store.core.participant import Participant
+from store.core.participant import PREPARED, Participant
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.storage import VersionedStore
 from store.core.vclock import VectorClock
@@ -248,6 +248,7 @@ def test_a_participant_answers_without_the_entries_it_knows_durable() -> None:
     store = VersionedStore()
     store.install("t/a", 1, False, VectorClock({1: 5, 2: 30}), 0, 7)
     store.install("t/b", 2, False, VectorClock({1: 12, 2: 3}), 0, 8)
+    store.install("t/c", 3, False, VectorClock({1: 4, 2: 25}), 0, 9)
     known = {1: 10, 2: 20}  # shard 1 durable up to 10, shard 2 up to 20
     participant = Participant(
         0, store, ShardWatermark(), DEFAULT_SETTINGS, lambda *args: None,
@@ -255,8 +256,9 @@ def test_a_participant_answers_without_the_entries_it_knows_durable() -> None:
     )
     ok, _, deps = participant.lock(11, ["t/a"], 0)
     assert ok and deps == VectorClock({2: 30})
-    status, _, items, deps = participant.prepare(12, ["t/b"], ["t/b"], VectorClock({}), 0)
-    assert deps == VectorClock({1: 12})
+    status, _, items, deps = participant.prepare(12, ["t/c"], ["t/b"], VectorClock({}), 0)
+    assert status == PREPARED and deps == VectorClock({1: 12})
+    assert [item[4] for item in items] == [VectorClock({2: 25})]
     [(_, _, _, _, vc, _)] = participant.read(["t/b"], sparse=True)
     assert vc == VectorClock({1: 12})
     # Its own reads (the coordinator's, in its process) keep the whole clock.
