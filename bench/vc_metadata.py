@@ -66,6 +66,9 @@ JSON keys (``--json`` prints ``{"rows": [...]}``, one row per shard count and to
   ``..._msgpack_clocks`` for what dense clocks in the same fields would weigh);
 * ``transactions``: certified in the sparse run's window; ``wall_s``.
 
+Counters start at 2^20 (``COUNTER_START``): a counter's msgpack size depends on its
+magnitude, and from 0 a run's bytes per entry would depend on its throughput.
+
 Not measured: the clients' requests (``Submit`` carries no clock); the payloads a request
 handler returns synchronously (error outcomes with empty clocks, empty acknowledgements of
 one-way messages); RPC packet headers and the RPC core's retransmissions of packets; gRPC
@@ -113,6 +116,12 @@ from store.sim.network import MS, Network
 from store.sim.workloads import Operation
 
 KEYS_PER_SHARD = 8  # few keys per shard: dependencies spread quickly, the worst case
+# Where every shard's counter starts (as if 2^20 counters had been drawn: a cluster that has
+# run for a while). msgpack spends 1 byte on a counter below 128, 3 below 2^16, 5 below 2^32
+# (9 from epoch 1 on: counters of epoch e start at e << 40): from a cold start, a run's
+# bytes per entry would depend on how many transactions it managed (a slower run has smaller
+# counters), which is not the metadata's size.
+COUNTER_START = 1 << 20
 WAN_RTT_MS = 50.0
 # Vector watermarks, not dependency clocks: counted apart (``watermark_bytes``).
 WATERMARK_FIELDS = frozenset({"Gossip.watermarks", "SnapshotReply.vw"})
@@ -399,6 +408,8 @@ def measure(
         meter.wrap_endpoint(server.rpc)
     cm = set(cluster.cm_members)
     meter.wrap_stream(network, {s.address for s in cluster.servers if s.address not in cm})
+    for leader in cluster.leaders:
+        leader.watermark.raise_floor(COUNTER_START)
     cluster.start()
     keys = [f"k/{i}" for i in range(KEYS_PER_SHARD * shards)]
     workload = UniformWorkload(sim.rng, keys)

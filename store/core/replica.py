@@ -348,11 +348,27 @@ class ShardLeader:
                 # its workers instead of waiting for every one.
                 gossip = self._gossip_message()
                 sent = []
-                for step in range(min(self.settings.gossip_fanout, others)):
-                    shard = (self.shard + 1 + (self._gossip_next + step) % others) % len(self.peers)
-                    sent.append(shard)
-                    self._outbox.append((self.peers[shard], gossip))
-                self._gossip_next = (self._gossip_next + self.settings.gossip_fanout) % others
+                workers = self.workers
+                shards = len(self.peers) // workers
+                if self._board is not None and shards > 1:
+                    # To shards, not units: a worker's fellows read what it hears from
+                    # their board, so one worker of each shard in turn (its workers taken
+                    # round robin) reaches the whole shard.
+                    other_shards = shards - 1
+                    steps = min(self.settings.gossip_fanout, other_shards)
+                    for step in range(steps):
+                        k = self._gossip_next + step
+                        clock = (self.clock + 1 + k % other_shards) % shards
+                        unit = clock * workers + (self._worker + k // other_shards) % workers
+                        sent.append(unit)
+                        self._outbox.append((self.peers[unit], gossip))
+                    self._gossip_next = (self._gossip_next + steps) % (other_shards * workers)
+                else:
+                    for step in range(min(self.settings.gossip_fanout, others)):
+                        shard = (self.shard + 1 + (self._gossip_next + step) % others) % len(self.peers)
+                        sent.append(shard)
+                        self._outbox.append((self.peers[shard], gossip))
+                    self._gossip_next = (self._gossip_next + self.settings.gossip_fanout) % others
                 if self.workers > 1:
                     # A worker's fellows always: the shard's watermark is the least of their
                     # claims, and an idle fellow's stream stamps its claim when woken.

@@ -264,3 +264,30 @@ def test_a_participant_answers_without_the_entries_it_knows_durable() -> None:
     # Its own reads (the coordinator's, in its process) keep the whole clock.
     [(_, _, _, _, vc, _)] = participant.read(["t/b"])
     assert vc == VectorClock({1: 12, 2: 3})
+
+
+def test_with_a_board_gossip_goes_to_one_worker_of_each_shard_in_turn() -> None:
+    """What one worker hears its fellows read from their board, so a leader's gossip goes to
+    shards, not units: each round reaches one worker of every other shard (up to the
+    fanout), and the rounds take the shard's workers in turn."""
+    from store.core.partition import Partitioner, WorkerPartitioner
+    from store.core.replica import ShardLeader
+    from store.core.txn import Procedures
+    from store.core.watermark import LocalWatermarks
+    from store.protocol.messages import Gossip
+
+    peers = [f"unit/{unit}" for unit in range(6)]  # shard s: units 2s, 2s + 1
+    leader = ShardLeader(
+        0, peers, WorkerPartitioner(Partitioner(3), 2), Procedures(), counter=LocalCounter(),
+        board=LocalWatermarks(3, 2),
+    )
+    leader.ready()
+    interval = DEFAULT_SETTINGS.gossip_idle_interval_ns  # nothing moves: idle refreshes
+    rounds = []
+    for n in range(1, 4):
+        leader.tick(n * interval)
+        sent = {to for to, m in leader.ready().messages if isinstance(m, Gossip)}
+        rounds.append(sent - {peers[1]})  # its fellow hears every round
+    assert rounds == [
+        {peers[2], peers[4]}, {peers[3], peers[5]}, {peers[2], peers[4]},
+    ]
