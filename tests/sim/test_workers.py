@@ -41,8 +41,8 @@ from typing import Any
 
 import pytest
 
-from store.core.replica import ShardLeader
 from store.core.epoch import EPOCH_MAX
+from store.core.replica import ShardLeader
 from store.core.watermark import LocalWatermarks, ShardWatermark, VectorWatermark
 from store.sim import cluster as sim_cluster
 from store.sim.run import SimOptions, run_many
