@@ -821,19 +821,25 @@ class ShardLeader:
         if self.workers > 1:
             self._share_claims(mark)
             board = self._board
-            if board is not None and self.vw.moves != self._board_moves:
+            if board is not None and self.vw.moves != self._board_moves and not self.retired:
                 self._board_moves = self.vw.moves
                 # Tagged with the later of its two epochs: a fellow in an earlier epoch
                 # takes nothing from it (the rule of gossip, VectorWatermark.learn_entries).
                 board.publish(self._worker, max(self.epoch, self.vw.epoch), self.vw.entries)
 
     def _read_board(self) -> None:
-        """What this worker's fellows know of every shard's watermark, from the board: as
-        gossip from each of them would tell it, at once and without a message."""
+        """What this worker's fellows know of other shards' watermarks, from the board: as
+        gossip from each of them would tell it, at once and without a message. Not its own
+        shard's entry: the fellows' claims come from the shared counter, and a fellow's entry
+        rests on its own claim, which after a failover of its unit (it retired; the unit's
+        new leader counts alone elsewhere) says nothing of that unit's draws (seed 386 of
+        the worker faults in tests/sim/test_workers.py committed a transaction before it was
+        durable). A retired worker also stops publishing."""
         board = self._board
         assert board is not None
         epoch = self.vw.epoch
         known, seen = self._board_known, self._board_seen
+        own = self.clock
         moved = False
         for worker in range(self.workers):
             if worker == self._worker:
@@ -841,8 +847,9 @@ class ShardLeader:
             got = board.pull(worker, epoch, known, seen[worker])
             if got is not None:
                 seen[worker], raised = got
-                if raised:
-                    moved |= self.vw.learn_entries(dict(raised), epoch)
+                entries = {shard: mark for shard, mark in raised if shard != own}
+                if entries:
+                    moved |= self.vw.learn_entries(entries, epoch)
         if moved:
             self.waits.release()
 
