@@ -189,7 +189,8 @@ class ShardLeader:
         # Where the shard's workers share what each knows of every shard's watermark
         # (``WatermarkBoard``): a worker publishes its vector watermark after a step that
         # moved it and reads its fellows' before every step.
-        self._board = board if self.workers > 1 else None
+        # (With one shard there is no other shard's entry to share.)
+        self._board = board if self.workers > 1 and len(peers) > self.workers else None
         self._board_known = [0] * (len(peers) // self.workers)  # what it has read there
         self._board_seen = [0] * self.workers  # each fellow's last sequence number read
         self._board_moves = -1  # vw.moves when this worker last published
