@@ -291,3 +291,32 @@ def test_with_a_board_gossip_goes_to_one_worker_of_each_shard_in_turn() -> None:
     assert rounds == [
         {peers[2], peers[4]}, {peers[3], peers[5]}, {peers[2], peers[4]},
     ]
+
+
+def test_a_worker_takes_from_the_board_neither_a_later_epochs_entries_nor_its_own_shards() -> None:
+    """What a fellow already in a later epoch knows may rest on claims of that epoch (the
+    rollback of what was drawn above the ended epoch's finalized watermark): a worker still
+    in the earlier epoch takes nothing from it, as with gossip. And a fellow's entry for the
+    worker's own shard is not taken at all: it rests on the fellow's own claim, which after a
+    failover of the fellow's unit says nothing of its new leader's draws (seed 386 of the
+    simulator's worker faults); the fellows' claims come from the shared counter instead."""
+    from store.core.partition import Partitioner, WorkerPartitioner
+    from store.core.replica import ShardLeader
+    from store.core.txn import Procedures
+    from store.core.watermark import LocalWatermarks
+
+    peers = [f"unit/{unit}" for unit in range(4)]  # units 0, 1: shard 0; 2, 3: shard 1
+    board = LocalWatermarks(2, 2)
+    leader = ShardLeader(
+        0, peers, WorkerPartitioner(Partitioner(2), 2), Procedures(), counter=LocalCounter(),
+        board=board,
+    )
+    leader.ready()
+    assert leader.vw.epoch == 0
+    board.publish(1, 1, {0: 50, 1: 40})  # the fellow (slot 1) is in epoch 1 already
+    leader.tick(1)
+    assert leader.vw[1] == 0 and leader.vw[0] == 0
+    board.publish(1, 0, {0: 50, 1: 40})  # in the worker's epoch: shard 1's entry is taken
+    leader.tick(2)
+    assert leader.vw[1] == 40
+    assert leader.vw.claims.get(0, 0) < 50  # its own unit's claim not raised by the fellow
