@@ -55,6 +55,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mr_shm.h"
+
 #define MR_COUNTER_FILE_BYTES 64
 static const char MR_COUNTER_MAGIC[8] = {'M', 'R', 'C', 'O', 'U', 'N', 'T', '1'};
 
@@ -99,29 +101,10 @@ static void SharedCounter_dealloc(SharedCounterObject *self) {
 /* Opens (and with create, initialises) the file; returns the fd (flock'ed) or -1 with a
  * Python error set. */
 static int counter_open(const char *path, bool create) {
-    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
-    if (fd < 0) {
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        return -1;
-    }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    do {
-        rc = flock(fd, LOCK_EX);
-    } while (rc < 0 && errno == EINTR);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        close(fd);
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        close(fd);
-        return -1;
-    }
-    if (st.st_size == 0 && create) {
+    off_t size;
+    int fd = mr_shm_open_locked(path, create, &size);
+    if (fd < 0) return -1;
+    if (size == 0 && create) {
         mr_counter_file fresh;
         memset(&fresh, 0, sizeof(fresh));
         memcpy(fresh.magic, MR_COUNTER_MAGIC, sizeof(fresh.magic));
@@ -133,12 +116,12 @@ static int counter_open(const char *path, bool create) {
         return fd;
     }
     char magic[8];
-    if (st.st_size != MR_COUNTER_FILE_BYTES || pread(fd, magic, sizeof(magic), 0) != 8 ||
+    if (size != MR_COUNTER_FILE_BYTES || pread(fd, magic, sizeof(magic), 0) != 8 ||
         memcmp(magic, MR_COUNTER_MAGIC, sizeof(magic)) != 0) {
         PyErr_Format(PyExc_ValueError,
                      "SharedCounter: %s is not a Meridian counter file (%lld bytes; a counter "
                      "is %d bytes starting with MRCOUNT1)",
-                     path, (long long)st.st_size, MR_COUNTER_FILE_BYTES);
+                     path, (long long)size, MR_COUNTER_FILE_BYTES);
         close(fd);
         return -1;
     }
@@ -158,18 +141,9 @@ static PyObject *SharedCounter_new(PyTypeObject *type, PyObject *args, PyObject 
         Py_DECREF(path_obj);
         return NULL;
     }
-    void *map = mmap(NULL, MR_COUNTER_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int map_errno = errno;
-    /* Unlock explicitly: the mapping keeps the open file (and so a flock on it) alive. */
-    flock(fd, LOCK_UN);
-    close(fd);
-    if (map == MAP_FAILED) {
-        errno = map_errno;
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        Py_DECREF(path_obj);
-        return NULL;
-    }
+    void *map = mr_shm_map(fd, MR_COUNTER_FILE_BYTES, path);
     Py_DECREF(path_obj);
+    if (map == NULL) return NULL;
     mr_counter_file *file = map;
     MR_COUNTER_INVARIANT(atomic_is_lock_free(&file->value));
     MR_COUNTER_INVARIANT(((uintptr_t)&file->value) % sizeof(int64_t) == 0);

@@ -44,6 +44,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mr_shm.h"
+
 static const char MR_VW_MAGIC[8] = {'M', 'R', 'V', 'W', 'M', 'K', '0', '1'};
 #define MR_VW_HEADER_BYTES 64
 #define MR_VW_SHARDS_MAX 65536
@@ -110,24 +112,10 @@ static void SharedWatermarks_dealloc(SharedWatermarksObject *self) {
  * workers starting at once cannot both write its header); returns the fd or -1 with a Python
  * error set. */
 static int vw_open(const char *path, bool create, int64_t shards, int64_t slots, size_t bytes) {
-    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
-    if (fd < 0) {
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        return -1;
-    }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    do {
-        rc = flock(fd, LOCK_EX);
-    } while (rc < 0 && errno == EINTR);
-    Py_END_ALLOW_THREADS
-    struct stat st;
-    if (rc < 0 || fstat(fd, &st) < 0) {
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        close(fd);
-        return -1;
-    }
-    if (st.st_size == 0 && create) {
+    off_t size;
+    int fd = mr_shm_open_locked(path, create, &size);
+    if (fd < 0) return -1;
+    if (size == 0 && create) {
         mr_vw_header header;
         memset(&header, 0, sizeof(header));
         memcpy(header.magic, MR_VW_MAGIC, sizeof(header.magic));
@@ -142,13 +130,13 @@ static int vw_open(const char *path, bool create, int64_t shards, int64_t slots,
         return fd;
     }
     mr_vw_header header;
-    if (st.st_size != (off_t)bytes || pread(fd, &header, sizeof(header), 0) != sizeof(header) ||
+    if (size != (off_t)bytes || pread(fd, &header, sizeof(header), 0) != sizeof(header) ||
         memcmp(header.magic, MR_VW_MAGIC, sizeof(header.magic)) != 0 || header.shards != shards ||
         header.slots != slots) {
         PyErr_Format(PyExc_ValueError,
                      "SharedWatermarks: %s is not a Meridian watermark file of %lld shards and "
                      "%lld slots (%lld bytes; such a file is %zu bytes starting with MRVWMK01)",
-                     path, (long long)shards, (long long)slots, (long long)st.st_size, bytes);
+                     path, (long long)shards, (long long)slots, (long long)size, bytes);
         close(fd);
         return -1;
     }
@@ -178,17 +166,9 @@ static PyObject *SharedWatermarks_new(PyTypeObject *type, PyObject *args, PyObje
         Py_DECREF(path_obj);
         return NULL;
     }
-    void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int map_errno = errno;
-    flock(fd, LOCK_UN);
-    close(fd);
-    if (map == MAP_FAILED) {
-        errno = map_errno;
-        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        Py_DECREF(path_obj);
-        return NULL;
-    }
+    void *map = mr_shm_map(fd, bytes, path);
     Py_DECREF(path_obj);
+    if (map == NULL) return NULL;
     SharedWatermarksObject *self = (SharedWatermarksObject *)type->tp_alloc(type, 0);
     int64_t *scratch = PyMem_Malloc((size_t)shards * sizeof(int64_t));
     if (self == NULL || scratch == NULL) {
@@ -225,17 +205,27 @@ static bool vw_slot_arg(SharedWatermarksObject *self, PyObject *arg, int64_t *sl
     return true;
 }
 
+/* The (slot, epoch, ...) that publish and pull begin with: `nargs` must be `want`
+ * (`usage` names the call in the error). */
+static bool vw_slot_and_epoch(SharedWatermarksObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, Py_ssize_t want, const char *usage,
+                              int64_t *slot, long long *epoch) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want);
+        return false;
+    }
+    if (!vw_slot_arg(self, args[0], slot)) return false;
+    *epoch = PyLong_AsLongLong(args[1]);
+    return !(*epoch == -1 && PyErr_Occurred());
+}
+
 /* publish(slot, epoch, entries, /): entries a mapping {shard: watermark}. */
 static PyObject *SharedWatermarks_publish(SharedWatermarksObject *self, PyObject *const *args,
                                           Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "publish(slot, epoch, entries) takes three arguments");
-        return NULL;
-    }
     int64_t slot;
-    if (!vw_slot_arg(self, args[0], &slot)) return NULL;
-    long long epoch = PyLong_AsLongLong(args[1]);
-    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    long long epoch;
+    if (!vw_slot_and_epoch(self, args, nargs, 3, "publish(slot, epoch, entries)", &slot, &epoch))
+        return NULL;
     if (epoch < 0 || !PyDict_Check(args[2])) {
         PyErr_SetString(PyExc_ValueError, "publish: the epoch is >= 0 and entries a dict");
         return NULL;
@@ -274,14 +264,10 @@ static PyObject *SharedWatermarks_publish(SharedWatermarksObject *self, PyObject
 /* pull(slot, epoch, known, seen, /) -> (seq, [(shard, watermark), ...]) | None. */
 static PyObject *SharedWatermarks_pull(SharedWatermarksObject *self, PyObject *const *args,
                                        Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "pull(slot, epoch, known, seen) takes four arguments");
-        return NULL;
-    }
     int64_t slot;
-    if (!vw_slot_arg(self, args[0], &slot)) return NULL;
-    long long epoch = PyLong_AsLongLong(args[1]);
-    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    long long epoch;
+    if (!vw_slot_and_epoch(self, args, nargs, 4, "pull(slot, epoch, known, seen)", &slot, &epoch))
+        return NULL;
     PyObject *known = args[2];
     if (!PyList_CheckExact(known) || PyList_GET_SIZE(known) != self->shards) {
         PyErr_Format(PyExc_ValueError, "pull: known is a list of %lld ints", (long long)self->shards);

@@ -822,7 +822,7 @@ class ShardLeader:
         if self.workers > 1:
             self._share_claims(mark)
             board = self._board
-            if board is not None and self.vw.moves != self._board_moves and not self.retired:
+            if board is not None and self.vw.moves != self._board_moves:
                 self._board_moves = self.vw.moves
                 # Tagged with the later of its two epochs: a fellow in an earlier epoch
                 # takes nothing from it (the rule of gossip, VectorWatermark.learn_entries).
@@ -835,7 +835,7 @@ class ShardLeader:
         rests on its own claim, which after a failover of its unit (it retired; the unit's
         new leader counts alone elsewhere) says nothing of that unit's draws (seed 386 of
         the worker faults in tests/sim/test_workers.py committed a transaction before it was
-        durable). A retired worker also stops publishing."""
+        durable)."""
         board = self._board
         assert board is not None
         epoch = self.vw.epoch
