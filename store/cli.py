@@ -29,6 +29,7 @@ def _sim_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         loss=args.loss,
         duplicate=args.duplicate,
         reorder=args.reorder,
+        receive_batch_us=args.receive_batch_us,
         duration_ms=args.duration_ms,
         settle_ms=args.settle_ms,
         partitions=args.partitions,
@@ -149,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--loss", type=float, default=0.0, help="message loss rate (also duplication)")
     sim.add_argument("--duplicate", type=float, help="duplication rate (default: the loss rate, or 0.02)")
     sim.add_argument("--reorder", type=float, help="chance a message is held back (default 0.05)")
+    sim.add_argument(
+        "--receive-batch-us", type=int, default=0,
+        help="a process takes the datagrams that reach it within this many microseconds of "
+        "one another in one batch, as a busy server reads its socket (a shard leader "
+        "handles a batch as one step); 0: each at once (default)",
+    )
     sim.add_argument("--duration-ms", type=int, default=400, help="virtual time under load")
     sim.add_argument("--partitions", action="store_true", help="add a partition nemesis")
     sim.add_argument(

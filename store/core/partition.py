@@ -297,6 +297,14 @@ class WorkerPartitioner(Partitioner):
         return base.shard_of(key) * workers + base.worker_of(key, workers)
 
     def owns_all(self, keys: Sequence[str], shard: int) -> bool:
+        if self._hashed:  # shard_of's rule inline (a call per key on the hot path costs)
+            shards, workers, crc32 = self.shards, self.workers, zlib.crc32
+            base_shard, worker = divmod(shard, workers)
+            for key in keys:
+                crc = crc32(key.encode())
+                if crc % shards != base_shard or crc // shards % workers != worker:
+                    return False
+            return True
         shard_of = self.shard_of
         for key in keys:  # noqa: SIM110 (a loop, not a generator: this is the hot path)
             if shard_of(key) != shard:

@@ -186,6 +186,11 @@ class ShardLeader:
         # shared counter), so that a fellow's transactions need not wait for the gossip.
         self._shared = counter if counter is not None and 1 < self.workers <= CLAIM_SLOTS else None
         self._worker = shard % self.workers
+        # The fellows' units and their slots in the shared counter.
+        first_unit = shard - self._worker
+        self._fellow_slots = [
+            (first_unit + worker, worker) for worker in range(self.workers) if worker != self._worker
+        ]
         # Where the shard's workers share what each knows of every shard's watermark
         # (``WatermarkBoard``): a worker publishes its vector watermark after a step that
         # moved it and reads its fellows' before every step.
@@ -249,6 +254,10 @@ class ShardLeader:
         # shard's entry rising since it last gossiped to its fellows, and when that was.
         self._fellow_news = False
         self._fellow_gossiped_at = now_ns
+        # Whether messages were received (``receive``) since the last step ended, and how
+        # many messages were received into a step another had opened (batched).
+        self._step_open = False
+        self.joined_messages = 0
         self._gc_at = now_ns + settings.gc_interval_ns
         # Epochs (docs/recovery.md).
         self.epoch = 0
@@ -301,21 +310,39 @@ class ShardLeader:
     # ---- entry points --------------------------------------------------------------------
 
     def handle(self, now_ns: int, src: str, message: Message) -> None:
+        """One message as one step: handled, and the step ended (``_after_step``)."""
+        self.receive(now_ns, src, message)
+        self._end_step()
+
+    def receive(self, now_ns: int, src: str, message: Message) -> None:
+        """A message of a batch received together (a batch of packets, an in-server
+        generator's submissions): handled now, while the step stays open until ``ready``
+        (or ``tick``) ends it, so that what a step ends with (``_after_step``: the stream
+        pumped, the watermark refreshed and shared with the fellows, held transactions
+        released) runs once per batch, as if its messages had arrived at one instant."""
         self._now_ns = self.coordinator.now_ns = now_ns
-        if self._board is not None:
-            self._read_board()
+        if self._step_open:
+            self.joined_messages += 1
+        else:
+            self._step_open = True
+            if self._board is not None:
+                self._read_board()
         if isinstance(message, PaxosMessage):
             if self.stream is not None and message.stream == self.shard:
                 self.stream.handle(now_ns, src, message)
             else:
                 self.dropped_messages += 1
-        else:
-            handler = self._handlers.get(type(message))
-            if handler is None:
-                self.dropped_messages += 1
-                return
-            handler(now_ns, src, message)
-        self._after_step()
+            return
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            self.dropped_messages += 1
+            return
+        handler(now_ns, src, message)
+
+    def _end_step(self) -> None:
+        if self._step_open:
+            self._step_open = False
+            self._after_step()
 
     def _after_step(self) -> None:
         """What every input ends with: the stream's output carried out, the watermark
@@ -330,6 +357,7 @@ class ShardLeader:
             self._report_watermark()
 
     def tick(self, now_ns: int) -> None:
+        self._end_step()
         self._now_ns = self.coordinator.now_ns = now_ns
         if self._board is not None:
             self._read_board()
@@ -416,6 +444,7 @@ class ShardLeader:
         return self._successor is not None
 
     def ready(self) -> Ready:
+        self._end_step()
         messages, self._outbox = self._outbox, []
         wake_at = min(self._next_gossip_at(), self._gc_at)
         heartbeat_at = self._heartbeat_at if self.cm_members else None
@@ -862,10 +891,11 @@ class ShardLeader:
             # With replication a claim is the stream's chosen stamp; without, it is durable
             # once made (and an idle worker's is the live counter).
             self.watermark.share_claim(self._worker, mark if self._replicated else None)
-            first = self.clock * self.workers
-            for worker in range(self.workers):
-                if worker != self._worker:
-                    self._learn(first + worker, shared.claim(worker))
+            claims = self.vw.claims
+            for unit, slot in self._fellow_slots:
+                claim = shared.claim(slot)
+                if claim > claims.get(unit, 0):  # else learn would take nothing (hot path)
+                    self._learn(unit, claim)
         # Also with a shared counter: a fellow a failover promoted elsewhere counts alone,
         # and its claims can pass this counter.
         top = self.vw.shard_top(self.clock)

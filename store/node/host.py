@@ -288,10 +288,11 @@ class ReplicaHost:
             return
         try:
             now = self.timers.clock_ns()
+            leader = self.replica
             for message, then in submissions:
                 self._local_waiters[(message.client_id, message.seq)] = then
-                self.replica.handle(now, CLIENT_PREFIX + message.client_id, message)
-            self._flush()
+                leader.receive(now, CLIENT_PREFIX + message.client_id, message)
+            self._flush()  # ready() ends the step: once for the batch
         except Exception as exc:  # a broken invariant, as in _deliver
             self._fail(exc)
 
@@ -399,10 +400,16 @@ class ReplicaHost:
     def _deliver(self, src: str, message: Message) -> None:
         """Hands ``message`` to the replica. Inside a batch of received events, what the
         replica produces is carried out once, at the end of the batch (``_end_of_batch``):
-        one ``ready()`` for many messages."""
+        one ``ready()`` for many messages, and a shard leader's step (``ShardLeader.receive``)
+        ended once for them all."""
         try:
-            self.replica.handle(self.timers.clock_ns(), src, message)
-            if self._batched and self.rpc.dispatching and not self.replica.has_successor:
+            replica = self.replica
+            if self._batched and self.rpc.dispatching and isinstance(replica, ShardLeader):
+                # The step stays open to the end of the batch: its flush (ready) ends it.
+                replica.receive(self.timers.clock_ns(), src, message)
+            else:
+                replica.handle(self.timers.clock_ns(), src, message)
+            if self._batched and self.rpc.dispatching and not replica.has_successor:
                 self._flush_due = True
             else:
                 self._flush()

@@ -51,6 +51,10 @@ class Faults:
     duplicate: float = 0.0
     reorder: float = 0.0  # chance a message is held back by up to reorder_delay_ns
     reorder_delay_ns: int = 2 * MS
+    # A busy server reads what reached its socket meanwhile in one batch. With a window, an
+    # endpoint takes everything that arrived within it after a datagram in one poll (one
+    # dispatch: a shard leader handles it as one step); 0: each datagram at once.
+    receive_batch_ns: int = 0
 
 
 @dataclass
@@ -74,6 +78,7 @@ class Network:
         self._endpoints: dict[str, Endpoint] = {}
         self._inboxes: dict[str, list[tuple[str, bytes]]] = {}
         self._wake_at: dict[str, int] = {}
+        self._batch_polls: set[str] = set()  # endpoints whose receive batch is open
         self._listeners: dict[str, Listener] = {}
         self._link_last_at: dict[tuple[str, str], int] = {}
         self.sent = 0
@@ -194,7 +199,16 @@ class Network:
             return
         self.delivered += 1
         self._inboxes[dst].append((src, datagram))
-        self._poll(dst)
+        window = self.faults.receive_batch_ns
+        if not window:
+            self._poll(dst)
+        elif dst not in self._batch_polls:
+            self._batch_polls.add(dst)
+            self.sim.at(self.sim.now_ns + window, self._poll_batch, dst)
+
+    def _poll_batch(self, address: str) -> None:
+        self._batch_polls.discard(address)
+        self._poll(address)
 
     def _poll(self, address: str) -> None:
         endpoint = self._endpoints.get(address)

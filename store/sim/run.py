@@ -74,6 +74,7 @@ class SimOptions:
     loss: float = 0.0
     duplicate: float | None = None  # default: the loss rate, and 0.02 when loss is 0
     reorder: float | None = None  # default: 0.05
+    receive_batch_us: int = 0  # Faults.receive_batch_ns, in microseconds (0: off)
     duration_ms: int = 400
     settle_ms: int = 6000
     partitions: bool = False
@@ -93,14 +94,18 @@ class SimOptions:
     def faults(self) -> Faults:
         duplicate = self.duplicate if self.duplicate is not None else (self.loss or 0.02)
         reorder = self.reorder if self.reorder is not None else 0.05
-        return Faults(loss=self.loss, duplicate=duplicate, reorder=reorder)
+        return Faults(
+            loss=self.loss, duplicate=duplicate, reorder=reorder,
+            receive_batch_ns=self.receive_batch_us * 1000,
+        )
 
 
 # The command-line flag of every option: ``replay_command`` writes them all.
 OPTION_FLAGS = {
     "shards": "--shards", "workers": "--workers", "clients": "--clients", "clients_per_process": "--clients-per-process",
     "workload": "--workload", "loss": "--loss",
-    "duplicate": "--duplicate", "reorder": "--reorder", "duration_ms": "--duration-ms",
+    "duplicate": "--duplicate", "reorder": "--reorder", "receive_batch_us": "--receive-batch-us",
+    "duration_ms": "--duration-ms",
     "settle_ms": "--settle-ms", "partitions": "--partitions", "break_step": "--break",
     "speculation": "--no-speculation", "regions": "--regions", "wan_rtt_ms": "--wan-rtt-ms",
     "scan_fraction": "--scan-fraction", "reverse_fraction": "--reverse-fraction",
@@ -141,6 +146,8 @@ class SeedResult:
     restores: int = 0  # restarted replicas that went on from their own snapshot (--disk)
     rolled_back: int = 0
     ranges_cleared: int = 0  # list-append: clear_range transactions that committed
+    # Messages live shard leaders handled in a step with others (--receive-batch-us).
+    joined_messages: int = 0
 
     @property
     def valid(self) -> bool:
@@ -363,6 +370,10 @@ def run_seed(seed: int, options: SimOptions, out_dir: Path | None = None) -> See
         restores=cluster.restores,
         rolled_back=len(recorder.rolled_back_txns),
         ranges_cleared=getattr(workload, "ranges_cleared", 0),
+        joined_messages=sum(
+            replica.joined_messages for replica in cluster.live_replicas()
+            if isinstance(replica, ShardLeader)
+        ),
         client_errors=dict(sorted(client_errors.items())),
     )
 
@@ -697,6 +708,7 @@ def summarize(results: list[SeedResult], options: SimOptions) -> dict[str, Any]:
         "snapshot_reads_checked": sum(r.snapshot_reads for r in results),
         "coordinator_gave_up": sum(r.coordinator_gave_up for r in results),
         "locks_expired": sum(r.locks_expired for r in results),
+        "leader_messages_batched": sum(r.joined_messages for r in results),
         "failovers": sum(r.failovers for r in results),
         "seeds_with_failover": sum(1 for r in results if r.failovers),
         "crashes": sum(r.crashes for r in results),

@@ -31,16 +31,16 @@ def keys_by_shard(cluster: LocalCluster, count: int = 3) -> dict[int, list[str]]
 
 
 def count_messages(cluster: LocalCluster, shard: int) -> Counter[str]:
-    """Counts, by type, the messages the leader of ``shard`` handles from now on."""
+    """Counts, by type, the messages the leader of ``shard`` receives from now on."""
     seen: Counter[str] = Counter()
     leader = cluster.replica(shard)
-    handle: Callable[..., Any] = leader.handle
+    receive: Callable[..., Any] = leader.receive
 
     def counting(now_ns: int, src: str, message: Any) -> None:
         seen[type(message).__name__] += 1
-        handle(now_ns, src, message)
+        receive(now_ns, src, message)
 
-    leader.handle = counting  # type: ignore[method-assign]
+    leader.receive = counting  # type: ignore[method-assign]
     return seen
 
 
@@ -208,7 +208,7 @@ def test_a_key_only_read_elsewhere_that_changes_before_the_second_round_aborts()
     a, b, c = keys[0][0], keys[1][0], keys[2][0]
     cluster.preload({a: 1, b: 2, c: 3})
     other = cluster.replica(1)
-    handle: Callable[..., Any] = other.handle
+    receive: Callable[..., Any] = other.receive
 
     def overwrite_b_first(now_ns: int, src: str, message: Any) -> None:
         if type(message).__name__ == "ValidateRequest":
@@ -216,12 +216,12 @@ def test_a_key_only_read_elsewhere_that_changes_before_the_second_round_aborts()
             assert other.participant.certify_solo(
                 919191, [], [], [(b, 99, False)], VectorClock(), other.participant.epoch
             ) is not None
-        handle(now_ns, src, message)
+        receive(now_ns, src, message)
 
-    other.handle = overwrite_b_first  # type: ignore[method-assign]
+    other.receive = overwrite_b_first  # type: ignore[method-assign]
     outcome = cluster.submit("", [["get", b], ["get", c], ["increment", a, 1]])
     assert outcome.status == Status.ABORTED and "validation" in outcome.detail
-    other.handle = handle  # type: ignore[method-assign]
+    other.receive = receive  # type: ignore[method-assign]
     assert [cluster.get(key) for key in (a, b, c)] == [1, 99, 3]
     cluster.run_for(50_000_000)
     assert all(cluster.replica(s).store.locked_count() == 0 for s in range(3))

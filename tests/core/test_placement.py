@@ -182,6 +182,12 @@ def test_a_worker_partitioner_puts_each_key_on_its_shards_worker(base: Partition
         assert unit == base.shard_of(key) * 2 + base.worker_of(key, 2)
         assert units.clock_of(unit) == base.shard_of(key)  # its counter is its shard's
         assert units.owns_all([key], unit) and not units.owns_all([key], unit ^ 1)
+    by_unit: dict[int, list[str]] = {}
+    for key in keys:
+        by_unit.setdefault(units.shard_of(key), []).append(key)
+    for unit, owned in by_unit.items():
+        stranger = by_unit[(unit + 1) % units.shard_count][0]
+        assert units.owns_all(owned, unit) and not units.owns_all([*owned[:3], stranger], unit)
     one_warehouse = sorted(units.shards_of_range("t/1/", "t/1/~"))
     if isinstance(base, PrefixPartitioner):  # one warehouse's range: its worker alone
         assert one_warehouse == [units.shard_of("t/1/x")]

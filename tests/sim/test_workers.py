@@ -74,6 +74,16 @@ def test_two_workers_per_shard_with_crashes() -> None:
     assert summary["crashes"] > 0 and summary["rolled_back"] >= 0
 
 
+@pytest.mark.parametrize("crashes", [False, True])
+def test_two_workers_per_shard_with_receive_batches(crashes: bool) -> None:
+    """Servers read what reached their socket within 200 us in one batch, and a shard
+    leader handles a batch as one step (``ShardLeader.receive``: its claims shared, its
+    stream pumped and its held transactions released once, at the batch's end)."""
+    options = SimOptions(**{**FAULTS.__dict__, "receive_batch_us": 200, "crashes": crashes})
+    summary = _clean(options, range(3))
+    assert summary["leader_messages_batched"] > 300  # the path is taken, not only allowed
+
+
 def test_three_workers_per_shard_in_one_region() -> None:
     summary = _clean(SimOptions(shards=2, workers=3, loss=0.05), range(4))
     assert summary["cross_shard_fraction"] > 0.3  # transactions span workers of a shard
