@@ -403,13 +403,13 @@ class ReplicaHost:
         one ``ready()`` for many messages, and a shard leader's step (``ShardLeader.receive``)
         ended once for them all."""
         try:
-            replica = self.replica
-            if self._batched and self.rpc.dispatching and isinstance(replica, ShardLeader):
+            replica, batching = self.replica, self._batched and self.rpc.dispatching
+            if batching and isinstance(replica, ShardLeader):
                 # The step stays open to the end of the batch: its flush (ready) ends it.
                 replica.receive(self.timers.clock_ns(), src, message)
             else:
                 replica.handle(self.timers.clock_ns(), src, message)
-            if self._batched and self.rpc.dispatching and not replica.has_successor:
+            if batching and not replica.has_successor:
                 self._flush_due = True
             else:
                 self._flush()
