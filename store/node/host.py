@@ -227,6 +227,9 @@ class ReplicaHost:
         self._flush_due = False
         self._replies_due: list[tuple[str, Message]] = []
         self._batched = False  # whether the endpoint tells the end of each batch (register)
+        # The clock read once for the batch being dispatched: its messages arrived together
+        # and are one step of a shard leader, at one instant (0: no batch open).
+        self._batch_now_ns = 0
 
     def register(self, nexus: Nexus) -> None:
         """Installs the request handlers this host serves on ``nexus``."""
@@ -406,7 +409,11 @@ class ReplicaHost:
             replica, batching = self.replica, self._batched and self.rpc.dispatching
             if batching and isinstance(replica, ShardLeader):
                 # The step stays open to the end of the batch: its flush (ready) ends it.
-                replica.receive(self.timers.clock_ns(), src, message)
+                # One instant for the batch, as in the simulator: a quiet stream's entry
+                # closes at the end of the step and takes every record of it.
+                now = self._batch_now_ns or self.timers.clock_ns()
+                self._batch_now_ns = now
+                replica.receive(now, src, message)
             else:
                 replica.handle(self.timers.clock_ns(), src, message)
             if batching and not replica.has_successor:
@@ -417,6 +424,7 @@ class ReplicaHost:
             self._fail(exc)
 
     def _end_of_batch(self) -> None:
+        self._batch_now_ns = 0
         if not self._flush_due:
             return
         self._flush_due = False
