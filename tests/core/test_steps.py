@@ -21,7 +21,7 @@ from store.sim.network import MS
 FOLLOWERS = ["eu", "ap"]
 
 
-def _leader_with_followers() -> tuple[ShardLeader, dict[str, Acceptor]]:
+def _leader_with_followers() -> ShardLeader:
     """A shard leader whose stream has finished phase 1 with two acceptors, all quiet."""
     leader = ShardLeader(0, ["us"], Partitioner(1), Procedures(), now_ns=0, followers=FOLLOWERS)
     acceptors = {name: Acceptor(0) for name in FOLLOWERS}
@@ -35,11 +35,11 @@ def _leader_with_followers() -> tuple[ShardLeader, dict[str, Acceptor]]:
                 for _, reply in acceptors[dst].ready().messages:
                     leader.handle(0, dst, reply)
         pending = leader.ready().messages
-    return leader, acceptors
+    return leader
 
 
 def test_a_batch_received_at_one_instant_goes_to_the_followers_in_one_entry_at_once() -> None:
-    leader, _ = _leader_with_followers()
+    leader = _leader_with_followers()
     now = DEFAULT_SETTINGS.gossip_interval_ns  # the stream has been quiet for long
     for i in range(8):
         submit = Submit("client", i + 1, OPS_PROCEDURE, [[["increment", f"k{i}", 1]]], False)
