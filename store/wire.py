@@ -5,6 +5,10 @@ Payloads are ``store.protocol.codec`` messages:
 * ``SUBMIT``: a client's ``Submit``; the response is an ``Outcome`` — the final one, or
   ``CERTIFIED`` first when the client asked for it (it then submits the same id again,
   without ``want_certified``, to wait for the final outcome).
+* ``AWAIT``: a client's ``AwaitOutcomes``, for its transactions answered CERTIFIED; the
+  response is an ``Outcomes``, held until at least one of them has its final outcome (a long
+  poll: one request for many transactions, where the ``SUBMIT`` of each again would be one
+  request per transaction).
 * ``PEER``: a message between shard leaders; a request's reply is the RPC response (an empty
   response for one-way messages such as gossip).
 * ``SNAPSHOT``: a ``SnapshotRead`` for a follower; the response is a ``SnapshotReply`` at the
@@ -29,3 +33,4 @@ SNAPSHOT = 4
 CONFIG = 5
 PEER_MANY = 7  # 6 was a batch of submissions, tried and dropped (docs/design.md)
 GENERATE = 8
+AWAIT = 9

@@ -41,6 +41,7 @@ import msgpack
 from store import config as config_module
 from store import wire
 from store.client.protocol import (
+    AwaitOutcome,
     Call,
     ClientProtocol,
     ClientSettings,
@@ -59,8 +60,15 @@ from store.core.partition import Partitioner, clock_marks, table_end
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.txn import OP_ARITY, OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
-from store.protocol.messages import SnapshotRead
-from store.rpc import Nexus, PeerUnavailable, RpcError, RpcSettings, Session, SessionClosed
+from store.protocol.messages import Outcome, SnapshotRead
+from store.rpc import (
+    Nexus,
+    PeerUnavailable,
+    RpcError,
+    RpcSettings,
+    Session,
+    SessionClosed,
+)
 from store.rpc.aio import Rpc, new_event_loop
 from store.rpc.udp import source_address_toward
 
@@ -118,6 +126,7 @@ class Client:
         self._rpc = Rpc.udp(Nexus(), local, 0, settings=rpc_settings)
         self._sessions: dict[Any, Session] = {}
         self._in_flight = asyncio.Semaphore(settings.in_flight_max)
+        self._asking: set[asyncio.Task[None]] = set()  # Client._ask, one per leader at most
         self.protocol = ClientProtocol(
             self.client_id, self._addresses, partitioner, settings, time.monotonic,
             random.Random(int.from_bytes(os.urandom(8), "little")),
@@ -203,8 +212,9 @@ class Client:
         """What this client's transactions took: ``transactions`` run, ``attempts`` (each
         under a new id), ``conflict_retries`` and ``unavailable_retries`` (a leader that had
         moved). One transaction's count is its ``TxnResult.attempts`` (``run_detailed``), or
-        the ``attempts`` of the error it raised."""
-        return dict(self.protocol.stats)
+        the ``attempts`` of the error it raised. ``await_requests``: the requests that
+        waited for pipelined transactions' commits (each for all of them at one leader)."""
+        return {**self.protocol.stats, "await_requests": self.protocol.watch.requests}
 
     async def run_ops(self, ops: list[list[Any]], *, route: str | int | None = None) -> list[Any]:
         """Runs built-in operations as one transaction (see ``transaction()``): ``[["get",
@@ -446,6 +456,41 @@ class Client:
             except RpcError as exc:
                 error = exc
 
+    async def _await_outcome(self, effect: AwaitOutcome) -> Outcome | None:
+        """``AwaitOutcome``: one waiter of the client's ``OutcomeWatch``; its request to
+        that leader goes from ``_ask`` (one on the wire per leader)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outcome | None] = loop.create_future()
+
+        def then(outcome: Outcome | None) -> None:
+            if not future.done():
+                future.set_result(outcome)
+
+        watch = self.protocol.watch
+        payload = watch.wait(effect.address, effect.seq, then)
+        if payload is not None:
+            task = loop.create_task(self._ask(effect.address, payload))
+            self._asking.add(task)  # held until done (the loop keeps weak references only)
+            task.add_done_callback(self._asking.discard)
+        timer = loop.call_later(effect.timeout_s, then, None)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            watch.forget(effect.address, effect.seq, then)
+
+    async def _ask(self, address: Any, payload: bytes | None) -> None:
+        """The AWAIT requests to one leader, one after the other while anyone waits there."""
+        watch = self.protocol.watch
+        timeout_s = self.settings.attempt_timeout_s
+        while payload is not None:
+            answer: bytes | None = None
+            session = self._sessions.get(address)
+            if session is not None and session.error is None and not self._closed:
+                with contextlib.suppress(RpcError):  # each waiter asks by its Submit
+                    answer = await self._rpc.call(session, wire.AWAIT, payload, timeout_s)
+            payload = watch.answered(address, answer)
+
     async def cluster_map(self) -> tuple[int, list[str]]:
         """Asks the configuration manager for the cluster map and adopts it if newer:
         (epoch, each shard's leader). Epoch -1: the cluster file's (no CM answered)."""
@@ -472,6 +517,8 @@ class Client:
         if isinstance(effect, ForgetSession):
             self._sessions.pop(effect.address, None)
             return None
+        if isinstance(effect, AwaitOutcome):
+            return await self._await_outcome(effect)
         assert isinstance(effect, Sleep), effect
         await asyncio.sleep(effect.seconds)
         return None

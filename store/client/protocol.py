@@ -10,6 +10,11 @@ adapter). Every client call is a *generator of effects*. It yields what it needs
   ``timeout_s`` passed, a ``SessionError`` when the session died);
 * ``ForgetSession(address)``: that session is dead; the next ``Connect`` opens a new one;
 * ``Sleep(seconds)``: wait (backoff);
+* ``AwaitOutcome(address, seq, timeout_s)``: the final outcome of this client's transaction
+  ``seq``, answered CERTIFIED by ``address``, asked for together with every other one the
+  client waits for there (``OutcomeWatch``: one ``AWAIT`` request on the wire per leader, a
+  long poll); the driver sends back the ``Outcome``, or None (not known there, the request
+  failed, or ``timeout_s`` passed: the caller then asks with the transaction's ``Submit``);
 
 and returns the call's result or raises a typed error (``store.core.errors``). Two drivers
 carry the effects out: the asyncio client (``store/client/client.py``) on UDP sockets, and
@@ -34,7 +39,9 @@ The rules, in one place:
   ``Unavailable``: the transaction did not run. Once anything was sent, a missing answer is
   ``OutcomeUnknown``, carrying a ``PendingTxn`` that ``resume`` asks for again (same id).
 * A caller who wants the committed result does not ask for the certified one (it would cost
-  a second request); ``run_speculative`` and ``run_detailed`` ask for both.
+  a second request); ``run_speculative`` and ``run_detailed`` ask for both. A pipelined
+  caller (``run_pipelined``) hears CERTIFIED and waits for the commit with ``AwaitOutcome``:
+  one request per transaction, plus one ``AWAIT`` per leader per batch of commits.
 * Leaders change (docs/recovery.md). When a shard's leader is unreachable or says it no
   longer leads (``Unavailable``: the transaction did not run), the client asks the
   configuration manager's members for the cluster map (``refresh_config``) and, if a member
@@ -67,9 +74,11 @@ from store.core.partition import Partitioner
 from store.core.vclock import VectorClock
 from store.protocol import codec
 from store.protocol.messages import (
+    AwaitOutcomes,
     ConfigReply,
     GetConfig,
     Outcome,
+    Outcomes,
     SnapshotRead,
     SnapshotReply,
     Submit,
@@ -113,7 +122,91 @@ class Sleep:
     seconds: float
 
 
-Effect = Connect | Call | ForgetSession | Sleep
+@dataclass(frozen=True, slots=True)
+class AwaitOutcome:
+    """The final outcome of transaction ``seq`` at ``address`` (module doc)."""
+
+    address: Address
+    seq: int
+    timeout_s: float
+
+
+Effect = Connect | Call | ForgetSession | Sleep | AwaitOutcome
+
+
+class OutcomeWatch:
+    """The final outcomes one client waits for, asked of each leader by one ``AWAIT``
+    request at a time naming all of them: the part of ``AwaitOutcome`` both drivers share.
+
+    ``wait`` adds a waiter (``then`` gets the ``Outcome`` or None); ``answered`` takes the
+    response to the request on the wire and hands out what it says. Both return the
+    payload of the request to send to that address now, or None: one is on the wire
+    already, or nobody waits there. A waiter whose time is up is dropped with ``forget``;
+    one the answer says nothing of is asked for again in the next request. A request that
+    failed (None: timed out, lost session) lets every waiter there go with None: each
+    then asks by its ``Submit``, whose failure handling (a replaced leader, a dead session,
+    the deadline) is the SDK's one place for it. A commit normally takes a round trip;
+    an AWAIT unanswered for ``attempt_timeout_s`` means trouble at that leader."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._waiting: dict[Address, dict[int, list[Callable[[Outcome | None], None]]]] = {}
+        self._asking: set[Address] = set()
+        self.requests = 0  # AWAIT requests sent (Client.stats: "await_requests")
+
+    def wait(
+        self, address: Address, seq: int, then: Callable[[Outcome | None], None]
+    ) -> bytes | None:
+        self._waiting.setdefault(address, {}).setdefault(seq, []).append(then)
+        return self._next(address)
+
+    def forget(
+        self, address: Address, seq: int, then: Callable[[Outcome | None], None]
+    ) -> None:
+        waiting = self._waiting.get(address)
+        thens = waiting.get(seq) if waiting is not None else None
+        if thens is not None and then in thens:
+            thens.remove(then)
+            if not thens:
+                del waiting[seq]  # type: ignore[union-attr]
+
+    def answered(self, address: Address, answer: bytes | None) -> bytes | None:
+        self._asking.discard(address)
+        waiting = self._waiting.pop(address, {})
+        resolved: list[tuple[Callable[[Outcome | None], None], Outcome | None]] = []
+        message: object = None
+        if answer is not None:
+            try:
+                message = codec.decode(answer)
+            except InvalidRequest:
+                message = None
+        keep = False
+        if isinstance(message, Outcomes):
+            # An answer that says nothing (no server sends one) must not make a loop.
+            keep = bool(message.outcomes or message.unknown)
+            for outcome in message.outcomes:
+                if outcome.status != Status.CERTIFIED:
+                    resolved.extend((then, outcome) for then in waiting.pop(outcome.seq, ()))
+            for seq in message.unknown:
+                resolved.extend((then, None) for then in waiting.pop(seq, ()))
+        if keep:
+            if waiting:  # kept before anyone resumes: a waiter added meanwhile joins them
+                self._waiting.setdefault(address, {}).update(waiting)
+        else:
+            # Failed, refused (an INVALID Outcome from a server that does not know AWAIT),
+            # or empty: every waiter there asks with its Submit.
+            resolved.extend((then, None) for thens in waiting.values() for then in thens)
+        for then, final in resolved:
+            then(final)
+        return self._next(address)
+
+    def _next(self, address: Address) -> bytes | None:
+        waiting = self._waiting.get(address)
+        if address in self._asking or not waiting:
+            return None
+        self._asking.add(address)
+        self.requests += 1
+        return codec.encode(AwaitOutcomes(self.client_id, sorted(waiting)))
 Steps = Generator[Effect, Any, T]
 
 
@@ -198,6 +291,7 @@ class ClientProtocol:
         self.rng = rng
         self._seq = itertools.count(1)
         self._round_robin = itertools.count()
+        self.watch = OutcomeWatch(client_id)
 
     # ---- routing -------------------------------------------------------------------------
 
@@ -305,8 +399,16 @@ class ClientProtocol:
         raise AssertionError("unreachable")
 
     def await_commit(self, pending: PendingTxn, certified: TxnResult) -> Steps[TxnResult]:
-        """Waits for the final outcome of a transaction answered CERTIFIED."""
-        outcome = yield from self.exchange(pending, want_certified=False)
+        """Waits for the final outcome of a transaction answered CERTIFIED: with the
+        client's others there (``AwaitOutcome``), or, if that says nothing of it, by its
+        ``Submit`` again."""
+        outcome: Outcome | None = None
+        remaining = pending.started + self.settings.timeout_s - self.clock()
+        if remaining > 0:
+            address = pending.leader if pending.leader is not None else self.leaders[pending.shard]
+            outcome = yield AwaitOutcome(address, pending.submit.seq, remaining)
+        if outcome is None:
+            outcome = yield from self.exchange(pending, want_certified=False)
         if outcome.status != Status.COMMITTED:
             raise _error(outcome)
         result = certified.result if outcome.result is None else outcome.result

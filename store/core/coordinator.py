@@ -847,6 +847,10 @@ class Coordinator(Execution):
             self._finish_client(txn, Status.COMMITTED, result, detail)
             self._forget_if_done(txn)
 
+    def final_outcome(self, client_id: str, seq: int) -> Outcome | None:
+        """That transaction's final outcome, if it has one and it is still remembered."""
+        return self._outcomes.get((client_id, seq))
+
     def knows(self, client_id: str, seq: int) -> bool:
         """Whether this coordinator has run (or is running) that transaction id."""
         key = (client_id, seq)

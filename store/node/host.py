@@ -12,7 +12,10 @@ messages to send and when to wake it. The host gives it the world:
   The replica's ``Outcome``s to that address answer the RPC requests waiting for that
   ``(client_id, seq)``: a ``CERTIFIED`` outcome only the requests that asked for it, a final
   outcome every one of them. A client may ask again (same id) while an earlier request
-  still waits; each gets its answer.
+  still waits; each gets its answer. A client's ``AwaitOutcomes`` (``wire.AWAIT``) for many
+  transactions answered CERTIFIED is not the replica's business: the host answers it from
+  the coordinator's remembered outcomes, or holds it among those transactions' waiters and
+  answers it at the end of the first ``_send`` that carries a final outcome of one of them.
 * **Peer requests and their replies.** A peer's request (lock, validate, install, read,
   solo, abort; a follower's snapshot read or state request; a configuration manager's
   ``GetConfig``) is
@@ -79,7 +82,15 @@ from store.core.transfer import FollowerState
 from store.core.vclock import EMPTY
 from store.protocol import codec
 from store.protocol.cluster_map import ClusterMap
-from store.protocol.messages import GetConfig, Message, Outcome, SnapshotRead, Submit
+from store.protocol.messages import (
+    AwaitOutcomes,
+    GetConfig,
+    Message,
+    Outcome,
+    Outcomes,
+    SnapshotRead,
+    Submit,
+)
 from store.rpc import Nexus, ReqHandle, RpcBase, RpcError, Session
 
 log = logging.getLogger("meridian.host")
@@ -112,6 +123,19 @@ class _BatchReply:
         self._missing -= 1
         if not self._missing:
             self._rpc.enqueue_response(self._handle, codec.encode_batch(self._answers))  # type: ignore[arg-type]
+
+
+class _Watch:
+    """An ``AwaitOutcomes`` held until one of its transactions ends: the final outcomes heard
+    until the end of that ``_send`` go in its answer (one answer for everything one step
+    decided), the later ones in the client's next request."""
+
+    __slots__ = ("answered", "outcomes", "respond")
+
+    def __init__(self, respond: Responder) -> None:
+        self.respond = respond
+        self.outcomes: list[Outcome] = []
+        self.answered = False
 
 
 class TimerHandle(Protocol):
@@ -208,8 +232,10 @@ class ReplicaHost:
         self._peer_sessions: dict[str, Session] = {}
         self._unreachable: set[str] = set()  # peers whose session could not be made (logged)
         # Who waits for a client's transaction: (how to answer, whether it asked for the
-        # CERTIFIED answer). An answer goes to an RPC request, or to its place in a batch.
-        self._client_waiters: dict[tuple[str, int], list[tuple[Responder, bool]]] = {}
+        # CERTIFIED answer). An answer goes to an RPC request, or to its place in a batch, or
+        # into a held AwaitOutcomes (a _Watch, answered at the end of the _send).
+        self._client_waiters: dict[tuple[str, int], list[tuple[Responder | _Watch, bool]]] = {}
+        self._watches_due: list[_Watch] = []
         self._peer_replies: dict[str, Responder] = {}
         # Transactions of an in-server load generator (store/node/generator.py), answered
         # with the Outcome object itself: their final answer only.
@@ -221,6 +247,7 @@ class ReplicaHost:
         self.counters: dict[str, int] = {
             "submits": 0, "peer_messages": 0, "bad_requests": 0, "peer_send_failures": 0,
             "flushes": 0, "syncs": 0, "held_messages": 0, "peer_batches_sent": 0,
+            "awaits": 0, "awaits_held": 0,
         }
         # Requests handed to the replica in the batch being dispatched, whose replies its
         # next flush must carry (the reply rule; checked after that flush).
@@ -234,6 +261,7 @@ class ReplicaHost:
     def register(self, nexus: Nexus) -> None:
         """Installs the request handlers this host serves on ``nexus``."""
         nexus.register_req_func(wire.SUBMIT, self._on_submit)
+        nexus.register_req_func(wire.AWAIT, self._on_await)
         nexus.register_req_func(wire.PEER, self._on_peer)
         nexus.register_req_func(wire.PEER_MANY, self._on_peer_many)
         nexus.register_req_func(wire.SNAPSHOT, self._on_snapshot)
@@ -278,6 +306,50 @@ class ReplicaHost:
         key = (message.client_id, message.seq)
         self._client_waiters.setdefault(key, []).append((respond, message.want_certified))
         self._deliver(CLIENT_PREFIX + message.client_id, message)
+        return None
+
+    def _on_await(self, handle: ReqHandle, payload: bytes) -> bytes | None:
+        if self.failure is not None:
+            return None
+        return self._await(partial(self.rpc.enqueue_response, handle), payload)
+
+    def _await(self, respond: Responder, payload: bytes) -> bytes | None:
+        """A client's ``AwaitOutcomes``: the final outcomes known now, or None when
+        ``respond`` gets them once one of its transactions ends (``_answer_client``)."""
+        self.counters["awaits"] += 1
+        try:
+            if len(payload) > self._request_bytes_max:
+                raise InvalidRequest(f"request larger than {self._request_bytes_max} bytes")
+            message = codec.decode(payload)
+            if not isinstance(message, AwaitOutcomes):
+                raise InvalidRequest("an AWAIT request carries an AwaitOutcomes message")
+        except InvalidRequest as exc:
+            self.counters["bad_requests"] += 1
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        replica = self.replica
+        if not isinstance(replica, ShardLeader):
+            # No coordinator here (any more): the client asks each with its Submit, whose
+            # answer says what this process is.
+            return codec.encode(Outcomes([], message.seqs))
+        coordinator, client_id = replica.coordinator, message.client_id
+        finals: list[Outcome] = []
+        unknown: list[int] = []
+        running: list[int] = []
+        for seq in message.seqs:
+            outcome = coordinator.final_outcome(client_id, seq)
+            if outcome is not None:
+                finals.append(outcome)
+            elif coordinator.knows(client_id, seq):
+                running.append(seq)
+            else:
+                unknown.append(seq)
+        if finals or unknown or not running:
+            return codec.encode(Outcomes(finals, unknown))
+        self.counters["awaits_held"] += 1
+        watch = _Watch(respond)
+        waiters = self._client_waiters
+        for seq in running:
+            waiters.setdefault((client_id, seq), []).append((watch, False))
         return None
 
     def submit_local(self, submissions: Sequence[tuple[Submit, Callable[[Outcome], None]]]) -> None:
@@ -581,6 +653,8 @@ class ReplicaHost:
             # Everything for one peer in one request (wire.PEER_MANY), in the order made.
             for dst, batch in to_peers.items():
                 self._send_peer(dst, batch)
+        if self._watches_due:
+            self._answer_watches()
 
     # ---- the disk (module doc) ------------------------------------------------------------
 
@@ -637,11 +711,12 @@ class ReplicaHost:
         waiters = self._client_waiters.get(key)
         if not waiters:
             return
-        payload = codec.encode(outcome)
         if outcome.status == Status.CERTIFIED:
-            remaining: list[tuple[Responder, bool]] = []
+            payload = codec.encode(outcome)
+            remaining: list[tuple[Responder | _Watch, bool]] = []
             for respond, want_certified in waiters:
                 if want_certified:
+                    assert not isinstance(respond, _Watch)
                     respond(payload)
                 else:
                     remaining.append((respond, want_certified))
@@ -651,8 +726,24 @@ class ReplicaHost:
                 del self._client_waiters[key]
             return
         del self._client_waiters[key]
+        encoded: bytes | None = None
         for respond, _ in waiters:
-            respond(payload)
+            if isinstance(respond, _Watch):
+                if not respond.answered:
+                    if not respond.outcomes:
+                        self._watches_due.append(respond)
+                    respond.outcomes.append(outcome)
+            else:
+                if encoded is None:
+                    encoded = codec.encode(outcome)
+                respond(encoded)
+
+    def _answer_watches(self) -> None:
+        """Answers the held AwaitOutcomes that heard of a final outcome in this _send."""
+        due, self._watches_due = self._watches_due, []
+        for watch in due:
+            watch.answered = True
+            watch.respond(codec.encode(Outcomes(watch.outcomes, [])))
 
     def _send_peer(self, address: str, messages: list[Message]) -> None:
         session = self._peer_sessions.get(address)

@@ -22,6 +22,7 @@ from store.protocol.messages import (
     ROLES,
     AbortReply,
     AbortRequest,
+    AwaitOutcomes,
     ConfigReply,
     GetConfig,
     Gossip,
@@ -32,6 +33,7 @@ from store.protocol.messages import (
     LockRequest,
     Message,
     Outcome,
+    Outcomes,
     PrepareReply,
     PrepareRequest,
     ReadItem,
@@ -62,9 +64,13 @@ def _items(items: list[ReadItem]) -> list[list[Any]]:
     return [[k, vid, value, deleted, vc.to_wire(), writer] for k, vid, value, deleted, vc, writer in items]
 
 
+def _outcome(m: Outcome) -> list[Any]:
+    return [2, m.seq, m.status, m.result, _vc(m.vc), m.detail, m.waited_ns]
+
+
 _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Submit: lambda m: [1, m.client_id, m.seq, m.procedure, m.args, m.want_certified],
-    Outcome: lambda m: [2, m.seq, m.status, m.result, _vc(m.vc), m.detail, m.waited_ns],
+    Outcome: _outcome,
     ReadRequest: lambda m: [3, m.txn_id, m.req_no, m.keys, [list(s) for s in m.scans]],
     ReadReply: lambda m: [
         4, m.txn_id, m.req_no, m.shard, _items(m.items), [_items(s) for s in m.scans], m.watermark,
@@ -104,6 +110,8 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     StateRequest: lambda m: [21, m.requester, m.req_id, m.shard, m.offset, m.length],
     StatePiece: lambda m: [22, m.req_id, m.shard, m.offset, m.total, m.data, m.more],
     PrepareRequest: lambda m: [23, m.txn_id, m.reads, m.locks, _vc(m.base), m.epoch],
+    AwaitOutcomes: lambda m: [25, m.client_id, m.seqs],
+    Outcomes: lambda m: [26, [_outcome(o) for o in m.outcomes], m.unknown],
     PrepareReply: lambda m: [
         24, m.txn_id, m.shard, m.status, m.counter, _items(m.items), _vc(m.deps), m.watermark,
     ],
@@ -141,6 +149,36 @@ def _strs(value: Any, what: str) -> list[str]:
     for item in items:
         _str(item, what)
     return items
+
+
+def _ints(value: Any, what: str) -> list[int]:
+    items = _list(value, what)
+    for item in items:
+        _int(item, what)
+    return items
+
+
+# The most transactions one AwaitOutcomes may name (a client asks for at most its
+# ``in_flight_max`` at once; the bound keeps a hostile request from costing the server more).
+AWAIT_SEQS_MAX = 65_536
+
+
+def _await_seqs(value: Any) -> list[int]:
+    seqs = _ints(value, "seqs")
+    if len(seqs) > AWAIT_SEQS_MAX:
+        raise _bad(f"at most {AWAIT_SEQS_MAX} transactions per AwaitOutcomes")
+    return seqs
+
+
+def _outcomes(value: Any) -> list[Outcome]:
+    outcomes = []
+    for raw in _list(value, "outcomes"):
+        raw = _list(raw, "outcome")
+        if len(raw) != 7 or raw[0] != 2:
+            raise _bad("an outcome is [2, seq, status, result, vc, detail, waited_ns]")
+        outcomes.append(Outcome(_int(raw[1], "seq"), _status(raw[2]), raw[3], _clock(raw[4]),
+                                _str(raw[5], "detail"), _int(raw[6], "waited_ns")))
+    return outcomes
 
 
 def _clock(value: Any) -> VectorClock:
@@ -288,6 +326,8 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     24: (8, lambda f: PrepareReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
                                   _prepare_status(f[3]), _int(f[4], "counter"),
                                   _read_items(f[5]), _clock(f[6]), _int(f[7], "watermark"))),
+    25: (3, lambda f: AwaitOutcomes(_str(f[1], "client_id"), _await_seqs(f[2]))),
+    26: (3, lambda f: Outcomes(_outcomes(f[1]), _ints(f[2], "unknown"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),
                                     _list(f[3], "values"), _pairs_lists(f[4]), _clock(f[5]),
                                     _int(f[6], "applied_slots"))),

@@ -4,7 +4,9 @@
 Plain slotted classes: the simulator hands them between nodes as objects, and
 ``store.protocol.codec`` turns them into bytes for the real transports. The families:
 
-* client <-> coordinator (DESIGN.md §3): ``Submit``, ``Outcome``;
+* client <-> coordinator (DESIGN.md §3): ``Submit``, ``Outcome``; ``AwaitOutcomes`` and
+  ``Outcomes``, a client's transactions answered CERTIFIED waiting for their final outcomes
+  together (one request for many, not one per transaction);
 * coordinator <-> participant (DESIGN.md §3): the certification rounds. Every message
   between leaders carries the transaction id; every reply from a participant carries the
   sender's shard watermark (the piggybacking of DESIGN.md §4); ``Gossip`` between leaders;
@@ -90,6 +92,31 @@ class Outcome(Message):
         self.vc = vc
         self.detail = detail
         self.waited_ns = waited_ns
+
+
+class AwaitOutcomes(Message):
+    """A client's transactions ``seqs`` (answered CERTIFIED by this coordinator) whose final
+    outcomes it waits for. Answered (``Outcomes``) once at least one of them has its final
+    outcome, with every one that has it then; at once if one already has it, or if the
+    coordinator does not know one of them (the client then asks with the ``Submit``)."""
+
+    __slots__ = ("client_id", "seqs")
+
+    def __init__(self, client_id: str, seqs: list[int]) -> None:
+        self.client_id = client_id
+        self.seqs = seqs
+
+
+class Outcomes(Message):
+    """The answer to ``AwaitOutcomes``: final outcomes (never CERTIFIED), and the asked-for
+    transactions this coordinator does not know (``unknown``: not run here, or run so long
+    ago that its outcome is forgotten, or this process is no coordinator)."""
+
+    __slots__ = ("outcomes", "unknown")
+
+    def __init__(self, outcomes: list[Outcome], unknown: list[int]) -> None:
+        self.outcomes = outcomes
+        self.unknown = unknown
 
 
 # ---- coordinator <-> participant -----------------------------------------------------------

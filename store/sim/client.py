@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from jepsen.history import Op
+from store import wire
 from store.client.protocol import (
+    AwaitOutcome,
     Call,
     ClientProtocol,
     ClientSettings,
@@ -33,7 +35,7 @@ from store.client.protocol import (
 )
 from store.core.errors import MeridianError, OutcomeUnknown
 from store.core.partition import Partitioner
-from store.protocol.messages import SnapshotRead, SnapshotReply
+from store.protocol.messages import Outcome, SnapshotRead, SnapshotReply
 from store.rpc import Nexus, RequestTimeout, RpcError, RpcSettings, Session, SessionClosed
 from store.sim.cluster import SimEndpoint
 from store.sim.loop import Simulator
@@ -112,6 +114,9 @@ class SdkProcess:
                 resume = self._resumer(steps, on_done)
                 self.sim.after(_ns(effect.seconds), resume, None, None)
                 return
+            if isinstance(effect, AwaitOutcome):
+                self._await_outcome(steps, on_done, effect)
+                return
             if isinstance(effect, Connect):
                 session = self._sessions.get(effect.address)
                 if session is not None and session.error is None:
@@ -138,6 +143,47 @@ class SdkProcess:
             timeout = RequestTimeout(f"req_type {effect.req_type} to {effect.address} timed out")
             self.sim.after(_ns(effect.timeout_s), resume, None, timeout)
             return
+
+    def _await_outcome(self, steps: Steps[Any], on_done: Done, effect: AwaitOutcome) -> None:
+        """``AwaitOutcome``, as ``Client._await_outcome`` does it: a waiter of the
+        protocol's ``OutcomeWatch``, resumed by its answer or by the waiter's deadline."""
+        resume = self._resumer(steps, on_done)
+        watch = self.protocol.watch
+
+        def then(outcome: Outcome | None) -> None:
+            watch.forget(effect.address, effect.seq, then)
+            resume(outcome, None)
+
+        payload = watch.wait(effect.address, effect.seq, then)
+        self.sim.after(_ns(effect.timeout_s), then, None)
+        if payload is not None:
+            self._ask(effect.address, payload)
+
+    def _ask(self, address: Any, payload: bytes) -> None:
+        """One AWAIT request to ``address``, and the next once it is answered (``Client._ask``)."""
+        watch = self.protocol.watch
+        session = self._sessions.get(address)
+        if session is None or session.error is not None:
+            watch.answered(address, None)  # every waiter there asks with its Submit
+            return
+        fired = False
+
+        def done(answer: Any, error: RpcError | None) -> None:
+            nonlocal fired
+            if fired:
+                return
+            fired = True
+            following = watch.answered(address, answer if error is None else None)
+            if following is not None:
+                self._ask(address, following)
+
+        try:
+            self.rpc.enqueue_request(session, wire.AWAIT, payload, done)
+        except RpcError as exc:
+            done(None, exc)
+            return
+        timeout = RequestTimeout(f"AWAIT to {address} timed out")
+        self.sim.after(_ns(self.protocol.settings.attempt_timeout_s), done, None, timeout)
 
     def _await_connect(
         self, steps: Steps[Any], on_done: Done, effect: Connect, session: Session

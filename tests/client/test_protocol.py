@@ -15,11 +15,13 @@ import pytest
 
 from store import wire
 from store.client.protocol import (
+    AwaitOutcome,
     Call,
     ClientProtocol,
     ClientSettings,
     Connect,
     ForgetSession,
+    OutcomeWatch,
     Sleep,
     Steps,
 )
@@ -37,7 +39,7 @@ from store.core.errors import (
 from store.core.partition import Partitioner
 from store.core.vclock import VectorClock
 from store.protocol import codec
-from store.protocol.messages import Outcome, Submit
+from store.protocol.messages import AwaitOutcomes, Outcome, Outcomes, Submit
 from store.rpc import PeerUnavailable, RequestTimeout, SessionRefused
 
 LEADERS = ["leader/0", "leader/1"]
@@ -82,7 +84,7 @@ class Driver:
     def submits(self) -> list[Submit]:
         sent = []
         for effect in self.effects:
-            if isinstance(effect, Call):
+            if isinstance(effect, Call) and effect.req_type == wire.SUBMIT:
                 message = codec.decode(effect.payload)
                 assert isinstance(message, Submit)
                 sent.append(message)
@@ -335,3 +337,111 @@ def test_a_message_too_large_from_the_rpc_core_is_invalid_not_unknown() -> None:
     with pytest.raises(InvalidRequest, match="too large"):
         driver.drive(driver.protocol.run(0, "p", [], False, False))
     assert len(driver.submits()) == 1
+
+
+# ---- waiting for pipelined commits together (AwaitOutcome, OutcomeWatch) --------------------
+
+
+def _outcomes(finals: list[Outcome], unknown: list[int]) -> bytes:
+    return codec.encode(Outcomes(finals, unknown))
+
+
+def _final(seq: int, status: Status = Status.COMMITTED) -> Outcome:
+    return Outcome(seq, status, seq * 10, VectorClock({0: seq}), "")
+
+
+def test_waiters_at_one_leader_share_one_request_and_the_rest_are_asked_for_again() -> None:
+    watch = OutcomeWatch("c1")
+    heard: dict[int, Outcome | None] = {}
+    first = watch.wait("leader/0", 3, lambda o: heard.__setitem__(3, o))
+    assert watch.wait("leader/0", 1, lambda o: heard.__setitem__(1, o)) is None  # one on the wire
+    assert watch.wait("leader/0", 2, lambda o: heard.__setitem__(2, o)) is None
+    assert first is not None
+    asked = codec.decode(first)
+    assert isinstance(asked, AwaitOutcomes) and asked.seqs == [3] and asked.client_id == "c1"
+    following = watch.answered("leader/0", _outcomes([_final(3)], []))
+    assert heard == {3: _final(3)}
+    assert following is not None
+    asked = codec.decode(following)
+    assert isinstance(asked, AwaitOutcomes) and asked.seqs == [1, 2]  # both, in one request
+    assert watch.answered("leader/0", _outcomes([_final(2, Status.ROLLED_BACK)], [1])) is None
+    assert heard[2] == _final(2, Status.ROLLED_BACK)
+    assert heard[1] is None  # the leader does not know it: its Submit asks
+    assert watch.requests == 2
+
+
+def test_a_failed_await_lets_every_waiter_there_go_to_its_submit() -> None:
+    watch = OutcomeWatch("c1")
+    heard: dict[str, Outcome | None] = {}
+    assert watch.wait("leader/0", 1, lambda o: heard.__setitem__("0/1", o)) is not None
+    watch.wait("leader/0", 2, lambda o: heard.__setitem__("0/2", o))
+    assert watch.wait("leader/1", 1, lambda o: heard.__setitem__("1/1", o)) is not None
+    assert watch.answered("leader/0", None) is None  # timed out, or its session died
+    assert heard == {"0/1": None, "0/2": None}  # the other leader's waiter still waits
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _outcomes([], []),  # says nothing: no loop
+        outcome(Status.INVALID, detail="unknown request type"),  # a server without AWAIT
+        b"\xc1garbage",
+    ],
+)
+def test_an_await_answer_that_resolves_nothing_sends_every_waiter_to_its_submit(answer: bytes) -> None:
+    watch = OutcomeWatch("c1")
+    heard: dict[int, Outcome | None] = {}
+    watch.wait("leader/0", 1, lambda o: heard.__setitem__(1, o))
+    assert watch.answered("leader/0", answer) is None
+    assert heard == {1: None}
+
+
+def test_a_forgotten_waiter_is_not_asked_for_again() -> None:
+    watch = OutcomeWatch("c1")
+    heard: list[Outcome | None] = []
+    then = heard.append
+    watch.wait("leader/0", 1, then)
+    watch.wait("leader/0", 2, then)
+    watch.forget("leader/0", 2, then)
+    following = watch.answered("leader/0", _outcomes([], [3]))  # says something: goes on
+    assert following is not None
+    asked = codec.decode(following)
+    assert isinstance(asked, AwaitOutcomes) and asked.seqs == [1]
+    assert watch.answered("leader/0", _outcomes([_final(1)], [])) is None
+    assert heard == [_final(1)]
+
+
+def test_a_pipelined_commit_is_awaited_without_its_submit_when_the_watch_answers() -> None:
+    def answer(effect: Any) -> Any:
+        if isinstance(effect, Connect | ForgetSession):
+            return None
+        if isinstance(effect, AwaitOutcome):
+            assert effect.address == "leader/0" and effect.seq == 1 and effect.timeout_s > 0
+            return Outcome(1, Status.COMMITTED, None, VectorClock({0: 4}), "", 7)
+        return outcome(Status.CERTIFIED, 5, seq=1)
+
+    driver = Driver(answer)
+    certified, pending = driver.run(driver.protocol.run_pipelined(0, "p", []))
+    assert certified.status == "certified" and pending is not None
+    committed = driver.run(driver.protocol.await_commit(pending, certified))
+    assert committed.status == "committed" and committed.result == 5  # the certified result
+    assert len(driver.submits()) == 1  # one request for the transaction
+
+
+def test_a_pipelined_commit_the_watch_says_nothing_of_is_asked_with_its_submit() -> None:
+    def answer(effect: Any) -> Any:
+        if isinstance(effect, Connect | ForgetSession):
+            return None
+        if isinstance(effect, AwaitOutcome):
+            return None
+        message = codec.decode(effect.payload)
+        assert isinstance(message, Submit)
+        status = Status.CERTIFIED if message.want_certified else Status.ROLLED_BACK
+        return outcome(status, 5, seq=message.seq)
+
+    driver = Driver(answer)
+    certified, pending = driver.run(driver.protocol.run_pipelined(0, "p", []))
+    with pytest.raises(RolledBack):
+        driver.run(driver.protocol.await_commit(pending, certified))
+    sent = driver.submits()
+    assert [s.want_certified for s in sent] == [True, False] and sent[0].seq == sent[1].seq

@@ -129,3 +129,37 @@ def test_a_follower_snapshot_shows_exactly_the_committed_transactions_under_its_
         await client.close()
 
     run(scenario())
+
+
+def test_pipelined_commits_are_awaited_together_one_submit_per_transaction(
+    geo: ProcessCluster,
+) -> None:
+    """``run_pipelined`` across regions: each transaction is certified at once and commits
+    a round trip later; the commits are awaited by AWAIT requests, each for every
+    transaction waiting at that leader, not by a second SUBMIT per transaction."""
+
+    async def scenario() -> None:
+        client = await Client.connect(geo.config)
+        before = [int(s["counters"]["submits"]) for s in await client.status() if s]
+        commits = []
+
+        async def closed_loop(worker: int) -> None:
+            for _ in range(12):
+                certified, commit = await client.run_pipelined(
+                    "", [["increment", f"pipe/{worker % 4}", 1]], route=f"pipe/{worker % 4}"
+                )
+                assert certified.status == "certified"
+                commits.append(commit)
+
+        await asyncio.gather(*(closed_loop(worker) for worker in range(16)))
+        outcomes = await asyncio.wait_for(asyncio.gather(*commits), timeout=30)
+        assert [o.status for o in outcomes] == ["committed"] * 192
+        after = [int(s["counters"]["submits"]) for s in await client.status() if s]
+        stats = client.stats()
+        assert sum(after) - sum(before) == 192  # one request per transaction, no conflicts
+        assert 0 < stats["await_requests"] <= 192 // 4, stats  # shared: many per request
+        values = [await client.get(f"pipe/{n}") for n in range(4)]
+        assert sum(values) == 192, values
+        await client.close()
+
+    run(scenario())

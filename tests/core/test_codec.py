@@ -15,12 +15,14 @@ from store.protocol import codec
 from store.protocol.messages import (
     AbortReply,
     AbortRequest,
+    AwaitOutcomes,
     Gossip,
     InstallReply,
     InstallRequest,
     LockReply,
     LockRequest,
     Outcome,
+    Outcomes,
     PrepareReply,
     PrepareRequest,
     ReadReply,
@@ -65,6 +67,9 @@ MESSAGES = [
     PrepareRequest(9, ["t/a", "t/b"], ["t/b"], VC, 2),
     PrepareReply(9, 1, 1, 44, [ITEM], VC, 40),
     PrepareReply(9, 1, 0, 0, [], VectorClock(), 0),
+    AwaitOutcomes("client-1", [3, 5, 1 << 40]),
+    Outcomes([Outcome(5, 2, {"r": 1}, VC, "", 7), Outcome(6, 4, None, VC, "rolled back")], [9]),
+    Outcomes([], []),
 ]
 
 
@@ -88,6 +93,10 @@ def test_every_message_round_trips(message) -> None:
         msgpack.packb({"a": 1}),
         msgpack.packb([24, 9, 1, 7, 0, [], [], 0]),  # a prepare status that does not exist
         msgpack.packb([23, 9, ["t/a"], "t/b", [], 0]),  # locks that are not a list
+        msgpack.packb([25, "c", [1, -2]]),  # a negative sequence number
+        msgpack.packb([25, "c", list(range(codec.AWAIT_SEQS_MAX + 1))]),  # too many
+        msgpack.packb([26, [[1, "c", 1, "", [], False]], []]),  # a Submit for an outcome
+        msgpack.packb([26, [], "unknown"]),
     ],
 )
 def test_malformed_messages_raise_invalid_request(payload: bytes) -> None:
