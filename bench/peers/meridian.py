@@ -257,6 +257,23 @@ async def drive_certified(client: Any, workload: Workload, result: RunResult) ->
         result.extra["commit_failure_examples"] = failures
 
 
+async def requests_counted(client: Any, result: RunResult, phase: Any) -> None:
+    """Runs ``phase``, then says how many requests its transactions took: SUBMITs (the
+    leaders' counters; an aborted attempt's retry is one more) and the SDK's AWAITs
+    (pipelined commits waited for together), per committed transaction."""
+
+    async def submits() -> int:
+        return sum(int(s["counters"]["submits"]) for s in await client.status() if s)
+
+    submits_before, awaits_before = await submits(), client.stats()["await_requests"]
+    await phase
+    committed = max(1, sum(result.committed.values()))
+    result.extra["submits_per_txn"] = round((await submits() - submits_before) / committed, 3)
+    result.extra["await_requests_per_txn"] = round(
+        (client.stats()["await_requests"] - awaits_before) / committed, 3
+    )
+
+
 def run(
     scratch: Path, log_dir: Path, workload: Workload, rtt_ms: float, jitter_ms: float,
     port_shift: int, fsync: bool = True,
@@ -292,9 +309,11 @@ def run(
                 await preload(client, workload)
                 log(f"meridian: {workload.keys:,} keys preloaded in {time.monotonic() - begun:.1f} s; "
                     f"{workload.clients} clients, {workload.duration_s:g} s waiting for commit")
-                await drive_commit(client, workload, commit)
+                await requests_counted(client, commit, drive_commit(client, workload, commit))
                 log(f"meridian: {workload.duration_s:g} s going on at certification")
-                await drive_certified(client, workload, certified)
+                await requests_counted(
+                    client, certified, drive_certified(client, workload, certified)
+                )
             finally:
                 await client.close()
 

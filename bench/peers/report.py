@@ -150,7 +150,10 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
                 f"- RTT {rtt} ms: {verdict}: {_fmt(entry['certified'])} certified, "
                 f"{_fmt(entry['committed_in_end'])} committed in the end, "
                 f"{_fmt(entry['not_committed'])} not committed; commit latency p50 "
-                f"{_fmt(run.get('commit_p50_ms'))} ms, p99 {_fmt(run.get('commit_p99_ms'))} ms."
+                f"{_fmt(run.get('commit_p50_ms'))} ms, p99 {_fmt(run.get('commit_p99_ms'))} ms; "
+                f"requests per committed transaction: {_fmt(run.get('submits_per_txn'), 3)} "
+                f"SUBMIT, {_fmt(run.get('await_requests_per_txn'), 3)} AWAIT (commits awaited "
+                "together)."
             )
         lines.append("")
     lines += ["## Systems", ""]

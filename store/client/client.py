@@ -126,7 +126,7 @@ class Client:
         self._rpc = Rpc.udp(Nexus(), local, 0, settings=rpc_settings)
         self._sessions: dict[Any, Session] = {}
         self._in_flight = asyncio.Semaphore(settings.in_flight_max)
-        self._asking: set[asyncio.Task[None]] = set()  # Client._ask, one per leader at most
+        self._await_tasks: set[asyncio.Task[None]] = set()  # _ask, one per leader at most
         self.protocol = ClientProtocol(
             self.client_id, self._addresses, partitioner, settings, time.monotonic,
             random.Random(int.from_bytes(os.urandom(8), "little")),
@@ -470,8 +470,8 @@ class Client:
         payload = watch.wait(effect.address, effect.seq, then)
         if payload is not None:
             task = loop.create_task(self._ask(effect.address, payload))
-            self._asking.add(task)  # held until done (the loop keeps weak references only)
-            task.add_done_callback(self._asking.discard)
+            self._await_tasks.add(task)  # held until done (the loop keeps weak references)
+            task.add_done_callback(self._await_tasks.discard)
         timer = loop.call_later(effect.timeout_s, then, None)
         try:
             return await future

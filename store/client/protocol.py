@@ -207,6 +207,8 @@ class OutcomeWatch:
         self._asking.add(address)
         self.requests += 1
         return codec.encode(AwaitOutcomes(self.client_id, sorted(waiting)))
+
+
 Steps = Generator[Effect, Any, T]
 
 

@@ -164,7 +164,9 @@ class SdkProcess:
         watch = self.protocol.watch
         session = self._sessions.get(address)
         if session is None or session.error is not None:
-            watch.answered(address, None)  # every waiter there asks with its Submit
+            following = watch.answered(address, None)  # every waiter there asks by Submit
+            if following is not None:
+                self._ask(address, following)
             return
         fired = False
 

@@ -118,7 +118,7 @@ def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.Monk
     monkeypatch.setattr(ShardWatermark, "watermark", property(uncapped))
     # The stream's stamp past its entry's epoch stops the replica (an assertion in
     # ShardLeader._pump_stream): an invariant broken, and what hung on that replica.
-    caught(FAULTS, [6], {"invariant-broken", "committed-before-durable", "lost-committed"})
+    caught(FAULTS, [39], {"invariant-broken", "committed-before-durable", "lost-committed"})
 
 
 def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
