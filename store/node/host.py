@@ -14,8 +14,9 @@ messages to send and when to wake it. The host gives it the world:
   outcome every one of them. A client may ask again (same id) while an earlier request
   still waits; each gets its answer. A client's ``AwaitOutcomes`` (``wire.AWAIT``) for many
   transactions answered CERTIFIED is not the replica's business: the host answers it from
-  the coordinator's remembered outcomes, or holds it among those transactions' waiters and
-  answers it at the end of the first ``_send`` that carries a final outcome of one of them.
+  the coordinator's remembered outcomes, or holds it (one per client: a newer one replaces
+  it) and answers it at the end of the first ``_send`` that carries a final outcome of one
+  of its transactions, with every final outcome of that send.
 * **Peer requests and their replies.** A peer's request (lock, validate, install, read,
   solo, abort; a follower's snapshot read or state request; a configuration manager's
   ``GetConfig``) is
@@ -130,12 +131,12 @@ class _Watch:
     until the end of that ``_send`` go in its answer (one answer for everything one step
     decided), the later ones in the client's next request."""
 
-    __slots__ = ("answered", "outcomes", "respond")
+    __slots__ = ("client_id", "outcomes", "respond")
 
-    def __init__(self, respond: Responder) -> None:
+    def __init__(self, client_id: str, respond: Responder) -> None:
+        self.client_id = client_id
         self.respond = respond
         self.outcomes: list[Outcome] = []
-        self.answered = False
 
 
 class TimerHandle(Protocol):
@@ -232,9 +233,13 @@ class ReplicaHost:
         self._peer_sessions: dict[str, Session] = {}
         self._unreachable: set[str] = set()  # peers whose session could not be made (logged)
         # Who waits for a client's transaction: (how to answer, whether it asked for the
-        # CERTIFIED answer). An answer goes to an RPC request, or to its place in a batch, or
-        # into a held AwaitOutcomes (a _Watch, answered at the end of the _send).
-        self._client_waiters: dict[tuple[str, int], list[tuple[Responder | _Watch, bool]]] = {}
+        # CERTIFIED answer). An answer goes to an RPC request, or to its place in a batch.
+        self._client_waiters: dict[tuple[str, int], list[tuple[Responder, bool]]] = {}
+        # Transactions named by a client's held AwaitOutcomes, and each client's held one
+        # (a client has one on the wire per leader: a newer one replaces it), answered at
+        # the end of the _send that carried a final outcome of one of them.
+        self._awaited: set[tuple[str, int]] = set()
+        self._watches: dict[str, _Watch] = {}
         self._watches_due: list[_Watch] = []
         self._peer_replies: dict[str, Responder] = {}
         # Transactions of an in-server load generator (store/node/generator.py), answered
@@ -346,10 +351,8 @@ class ReplicaHost:
         if finals or unknown or not running:
             return codec.encode(Outcomes(finals, unknown))
         self.counters["awaits_held"] += 1
-        watch = _Watch(respond)
-        waiters = self._client_waiters
-        for seq in running:
-            waiters.setdefault((client_id, seq), []).append((watch, False))
+        self._watches[client_id] = _Watch(client_id, respond)
+        self._awaited.update((client_id, seq) for seq in running)
         return None
 
     def submit_local(self, submissions: Sequence[tuple[Submit, Callable[[Outcome], None]]]) -> None:
@@ -708,15 +711,21 @@ class ReplicaHost:
             if local is not None:
                 local(outcome)
                 return
+        if self._awaited and outcome.status != Status.CERTIFIED and key in self._awaited:
+            self._awaited.discard(key)
+            watch = self._watches.get(client_id)
+            if watch is not None:
+                if not watch.outcomes:
+                    self._watches_due.append(watch)
+                watch.outcomes.append(outcome)
         waiters = self._client_waiters.get(key)
         if not waiters:
             return
+        payload = codec.encode(outcome)
         if outcome.status == Status.CERTIFIED:
-            payload = codec.encode(outcome)
-            remaining: list[tuple[Responder | _Watch, bool]] = []
+            remaining: list[tuple[Responder, bool]] = []
             for respond, want_certified in waiters:
                 if want_certified:
-                    assert not isinstance(respond, _Watch)
                     respond(payload)
                 else:
                     remaining.append((respond, want_certified))
@@ -726,23 +735,16 @@ class ReplicaHost:
                 del self._client_waiters[key]
             return
         del self._client_waiters[key]
-        encoded: bytes | None = None
         for respond, _ in waiters:
-            if isinstance(respond, _Watch):
-                if not respond.answered:
-                    if not respond.outcomes:
-                        self._watches_due.append(respond)
-                    respond.outcomes.append(outcome)
-            else:
-                if encoded is None:
-                    encoded = codec.encode(outcome)
-                respond(encoded)
+            respond(payload)
 
     def _answer_watches(self) -> None:
         """Answers the held AwaitOutcomes that heard of a final outcome in this _send."""
         due, self._watches_due = self._watches_due, []
+        watches = self._watches
         for watch in due:
-            watch.answered = True
+            if watches.get(watch.client_id) is watch:
+                del watches[watch.client_id]
             watch.respond(codec.encode(Outcomes(watch.outcomes, [])))
 
     def _send_peer(self, address: str, messages: list[Message]) -> None:

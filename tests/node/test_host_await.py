@@ -145,3 +145,18 @@ def test_a_malformed_await_is_invalid_and_counted() -> None:
     message = codec.decode(answer)
     assert isinstance(message, Outcome) and message.status == Status.INVALID
     assert shard.host.counters["bad_requests"] == 1
+
+
+def test_a_clients_newer_await_replaces_its_held_one() -> None:
+    """A client has one AWAIT on the wire per leader; asking again (its earlier one timed
+    out, or was lost) replaces the held one, which is never answered."""
+    shard = _Shard()
+    shard.submit(1)
+    shard.submit(2)
+    first, first_later = shard.await_(1, 2)
+    second, second_later = shard.await_(1, 2)
+    assert first is None and second is None
+    shard.replicate()
+    assert first_later == []
+    assert len(second_later) == 1
+    assert _statuses(second_later[0]) == {1: Status.COMMITTED, 2: Status.COMMITTED}
