@@ -71,7 +71,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from store import wire
 from store.core.cm import ConfigMember
@@ -102,6 +102,7 @@ PEER_REPLY_PREFIX = "p\x00"
 ONE_WAY_SOURCE = "p\x00one-way"
 
 Replica = ShardLeader | ShardFollower | ConfigMember
+M = TypeVar("M", bound=Message)
 # How a request is answered: the RPC response of its own request, or its place in a batch.
 Responder = Callable[[bytes], None]
 
@@ -299,19 +300,28 @@ class ReplicaHost:
             return codec.encode(
                 Outcome(0, Status.UNAVAILABLE, None, EMPTY, "not a shard leader (yet)")
             )
-        try:
-            if len(payload) > self._request_bytes_max:
-                raise InvalidRequest(f"request larger than {self._request_bytes_max} bytes")
-            message = codec.decode(payload)
-            if not isinstance(message, Submit):
-                raise InvalidRequest("a SUBMIT request carries a Submit message")
-        except InvalidRequest as exc:
-            self.counters["bad_requests"] += 1
-            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        message = self._client_request(payload, Submit)
+        if isinstance(message, bytes):
+            return message  # INVALID
         key = (message.client_id, message.seq)
         self._client_waiters.setdefault(key, []).append((respond, message.want_certified))
         self._deliver(CLIENT_PREFIX + message.client_id, message)
         return None
+
+    def _client_request(self, payload: bytes, kind: type[M]) -> M | bytes:
+        """A client's request decoded and of ``kind``, or the encoded INVALID answer."""
+        try:
+            if len(payload) > self._request_bytes_max:
+                raise InvalidRequest(f"request larger than {self._request_bytes_max} bytes")
+            message = codec.decode(payload)
+            if not isinstance(message, kind):
+                raise InvalidRequest(
+                    f"the request carries a {type(message).__name__}, not a {kind.__name__}"
+                )
+        except InvalidRequest as exc:
+            self.counters["bad_requests"] += 1
+            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        return message
 
     def _on_await(self, handle: ReqHandle, payload: bytes) -> bytes | None:
         if self.failure is not None:
@@ -322,15 +332,9 @@ class ReplicaHost:
         """A client's ``AwaitOutcomes``: the final outcomes known now, or None when
         ``respond`` gets them once one of its transactions ends (``_answer_client``)."""
         self.counters["awaits"] += 1
-        try:
-            if len(payload) > self._request_bytes_max:
-                raise InvalidRequest(f"request larger than {self._request_bytes_max} bytes")
-            message = codec.decode(payload)
-            if not isinstance(message, AwaitOutcomes):
-                raise InvalidRequest("an AWAIT request carries an AwaitOutcomes message")
-        except InvalidRequest as exc:
-            self.counters["bad_requests"] += 1
-            return codec.encode(Outcome(0, Status.INVALID, None, EMPTY, str(exc)))
+        message = self._client_request(payload, AwaitOutcomes)
+        if isinstance(message, bytes):
+            return message  # INVALID
         replica = self.replica
         if not isinstance(replica, ShardLeader):
             # No coordinator here (any more): the client asks each with its Submit, whose

@@ -170,14 +170,19 @@ def _await_seqs(value: Any) -> list[int]:
     return seqs
 
 
+def _decode_outcome(f: list[Any]) -> Outcome:
+    return Outcome(_int(f[1], "seq"), _status(f[2]), f[3], _clock(f[4]), _str(f[5], "detail"),
+                   _int(f[6], "waited_ns"))
+
+
 def _outcomes(value: Any) -> list[Outcome]:
+    """The outcomes an ``Outcomes`` carries, each in its own message's form (tag 2)."""
     outcomes = []
     for raw in _list(value, "outcomes"):
         raw = _list(raw, "outcome")
         if len(raw) != 7 or raw[0] != 2:
             raise _bad("an outcome is [2, seq, status, result, vc, detail, waited_ns]")
-        outcomes.append(Outcome(_int(raw[1], "seq"), _status(raw[2]), raw[3], _clock(raw[4]),
-                                _str(raw[5], "detail"), _int(raw[6], "waited_ns")))
+        outcomes.append(_decode_outcome(raw))
     return outcomes
 
 
@@ -283,8 +288,7 @@ def _prepare_status(value: Any) -> int:
 _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     1: (6, lambda f: Submit(_str(f[1], "client_id"), _int(f[2], "seq"), _str(f[3], "procedure"),
                             _list(f[4], "args"), _bool(f[5], "want_certified"))),
-    2: (7, lambda f: Outcome(_int(f[1], "seq"), _status(f[2]), f[3], _clock(f[4]),
-                             _str(f[5], "detail"), _int(f[6], "waited_ns"))),
+    2: (7, _decode_outcome),
     3: (5, lambda f: ReadRequest(_int(f[1], "txn_id"), _int(f[2], "req_no"),
                                  _strs(f[3], "keys"), _scan_ranges(f[4]))),
     4: (7, lambda f: ReadReply(_int(f[1], "txn_id"), _int(f[2], "req_no"), _int(f[3], "shard"),

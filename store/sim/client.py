@@ -51,6 +51,21 @@ def _ns(seconds: float) -> int:
     return max(1, math.ceil(seconds * NS_PER_S))
 
 Done = Callable[[Any, MeridianError | None], None]
+Answered = Callable[[Any, RpcError | None], None]
+
+
+def _once(callback: Answered) -> Answered:
+    """``callback`` for the first of its calls only: the answer or its timer, whichever
+    comes first."""
+    fired = False
+
+    def first(value: Any, error: RpcError | None) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            callback(value, error)
+
+    return first
 
 
 class History:
@@ -168,16 +183,12 @@ class SdkProcess:
             if following is not None:
                 self._ask(address, following)
             return
-        fired = False
-
-        def done(answer: Any, error: RpcError | None) -> None:
-            nonlocal fired
-            if fired:
-                return
-            fired = True
+        def answered(answer: Any, error: RpcError | None) -> None:
             following = watch.answered(address, answer if error is None else None)
             if following is not None:
                 self._ask(address, following)
+
+        done = _once(answered)
 
         try:
             self.rpc.enqueue_request(session, wire.AWAIT, payload, done)
@@ -201,18 +212,9 @@ class SdkProcess:
         timeout = RequestTimeout(f"connect to {effect.address} timed out")
         self.sim.after(_ns(effect.timeout_s), resume, None, timeout)
 
-    def _resumer(self, steps: Steps[Any], on_done: Done) -> Callable[[Any, RpcError | None], None]:
+    def _resumer(self, steps: Steps[Any], on_done: Done) -> Answered:
         """Resumes the generator once: by whichever comes first, the answer or the timer."""
-        fired = False
-
-        def resume(value: Any, error: RpcError | None) -> None:
-            nonlocal fired
-            if fired:
-                return
-            fired = True
-            self._step(steps, on_done, value, error)
-
-        return resume
+        return _once(lambda value, error: self._step(steps, on_done, value, error))
 
 
 # How a workload client calls the SDK: (weight, mode). Plain ``run`` waits for the committed
