@@ -112,6 +112,8 @@ class RunResult:
                 kind: {
                     "p50_ms": percentile_ms(self.latencies_s[kind], 50),
                     "p99_ms": percentile_ms(self.latencies_s[kind], 99),
+                    # With closed-loop clients, throughput is clients / mean latency.
+                    "mean_ms": mean_ms(self.latencies_s[kind]),
                 }
                 for kind in KINDS
             },
@@ -134,6 +136,10 @@ def percentile_ms(values: Sequence[float], p: float) -> float | None:
     # Nearest rank: the smallest value with at least p% of the values at or below it.
     rank = max(1, -(-len(ordered) * p // 100))
     return round(ordered[int(rank) - 1] * 1000, 3)
+
+
+def mean_ms(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values) * 1000, 3) if values else None
 
 
 def log(message: str) -> None:

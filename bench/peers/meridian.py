@@ -34,6 +34,7 @@ from bench.peers.common import (
     Workload,
     key_name,
     log,
+    mean_ms,
     percentile_ms,
     pick,
 )
@@ -150,6 +151,10 @@ async def drive_commit(client: Any, workload: Workload, result: RunResult) -> No
     rng = random.Random(workload.seed)
     stop_at = time.monotonic() + workload.duration_s
     retries_max = client.settings.retries_max
+    # A committed read-modify-write's last attempt: until its certified answer, and from
+    # there until its commit (the SDK's certified_s / committed_s).
+    certifying: list[float] = []
+    waiting: list[float] = []
 
     async def worker() -> None:
         while time.monotonic() < stop_at:
@@ -172,6 +177,9 @@ async def drive_commit(client: Any, workload: Workload, result: RunResult) -> No
                 result.retries += answer.attempts - 1
                 result.latencies_s[kind].append(time.monotonic() - begun)
                 result.committed[kind] += 1
+                if kind == "rmw" and answer.committed_s is not None:
+                    certifying.append(answer.certified_s)
+                    waiting.append(answer.committed_s - answer.certified_s)
                 break
 
     cpu = time.process_time()
@@ -179,6 +187,14 @@ async def drive_commit(client: Any, workload: Workload, result: RunResult) -> No
     await asyncio.gather(*(worker() for _ in range(workload.clients)))
     result.elapsed_s = time.monotonic() - begun
     result.driver_cpu_s = time.process_time() - cpu
+    result.extra["rmw_breakdown"] = {
+        "certified_p50_ms": percentile_ms(certifying, 50),
+        "certified_mean_ms": mean_ms(certifying),
+        "commit_wait_p10_ms": percentile_ms(waiting, 10),
+        "commit_wait_p50_ms": percentile_ms(waiting, 50),
+        "commit_wait_p90_ms": percentile_ms(waiting, 90),
+        "commit_wait_mean_ms": mean_ms(waiting),
+    }
 
 
 async def drive_certified(client: Any, workload: Workload, result: RunResult) -> None:

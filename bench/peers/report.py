@@ -117,7 +117,8 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
               "Meridian going on at certification, until the certified answer (its commit "
               "latency is below).", ""]
     by_kind = [
-        "| system | RTT ms | read-only p50 / p99 ms | read-modify-write p50 / p99 ms | driver CPU (s per s) |",
+        "| system | RTT ms | read-only p50 / p99 / mean ms | read-modify-write p50 / p99 / mean ms "
+        "| driver CPU (s per s) |",
         "|---|---:|---:|---:|---:|",
     ]
     for run in report["runs"]:
@@ -126,7 +127,8 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
         ro, rmw = run["by_kind"]["read_only"], run["by_kind"]["rmw"]
         by_kind.append(
             f"| {LABELS.get(run['system'], run['system'])} | {run['rtt_ms']:g} "
-            f"| {_fmt(ro['p50_ms'])} / {_fmt(ro['p99_ms'])} | {_fmt(rmw['p50_ms'])} / {_fmt(rmw['p99_ms'])} "
+            f"| {_fmt(ro['p50_ms'])} / {_fmt(ro['p99_ms'])} / {_fmt(ro.get('mean_ms'))} "
+            f"| {_fmt(rmw['p50_ms'])} / {_fmt(rmw['p99_ms'])} / {_fmt(rmw.get('mean_ms'))} "
             f"| {_fmt(run.get('driver_cpu_share'), 2)} |"
         )
     if len(by_kind) > 2:
@@ -139,6 +141,27 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
         for rtt, entry in report["ratios"].items():
             lines.append(f"| {rtt} | " + " | ".join(_fmt(entry[k], 3) for k in keys) + " |")
     lines.append("")
+    breakdowns = [
+        (run["rtt_ms"], run["rmw_breakdown"]) for run in report["runs"]
+        if run["system"] == "meridian-commit" and run.get("rmw_breakdown")
+    ]
+    if breakdowns:
+        lines += [
+            "## Meridian waiting for commit: where a read-modify-write's time goes", "",
+            "From submission to the certified answer (execution and two-phase commit between "
+            "the shard leaders), then from there to the commit (the stream's batch, the round "
+            "trip to the nearest other region, the watermarks), of each committed "
+            "read-modify-write's last attempt.", "",
+            "| RTT ms | certified p50 / mean ms | commit wait p10 / p50 / p90 / mean ms |",
+            "|---:|---:|---:|",
+        ]
+        for rtt, b in breakdowns:
+            lines.append(
+                f"| {rtt:g} | {_fmt(b['certified_p50_ms'])} / {_fmt(b['certified_mean_ms'])} "
+                f"| {_fmt(b['commit_wait_p10_ms'])} / {_fmt(b['commit_wait_p50_ms'])} / "
+                f"{_fmt(b['commit_wait_p90_ms'])} / {_fmt(b['commit_wait_mean_ms'])} |"
+            )
+        lines.append("")
     certified = report["meridian_certified_commits"]
     if certified:
         lines += ["## Meridian going on at certification: did every transaction commit?", ""]

@@ -102,6 +102,25 @@ def test_meridian_commits_in_both_modes_and_every_certified_transaction_commits(
     assert peers["report"]["meridian_certified_commits"]["0"]["not_committed"] == 0
 
 
+def test_meridian_says_where_a_read_modify_write_waits(peers: dict[str, Any]) -> None:
+    """Waiting for commit, each committed read-modify-write's time is split into its
+    certification and its wait for the commit; the two together are at most its whole
+    latency (which also counts the attempts before a conflict retry)."""
+    commit = run_of(peers["report"], "meridian-commit")
+    split = commit["rmw_breakdown"]
+    assert split["certified_p50_ms"] > 0 and split["certified_mean_ms"] > 0, split
+    assert 0 <= split["commit_wait_p10_ms"] <= split["commit_wait_p50_ms"], split
+    assert split["commit_wait_p50_ms"] <= split["commit_wait_p90_ms"], split
+    whole = commit["by_kind"]["rmw"]["mean_ms"]
+    assert split["certified_mean_ms"] + split["commit_wait_mean_ms"] <= whole * 1.001 + 0.01, (
+        split, whole,
+    )
+    # And most of it: the retried attempts are few.
+    assert split["certified_mean_ms"] + split["commit_wait_mean_ms"] >= whole * 0.5, (split, whole)
+    text = (peers["out"] / "report.md").read_text()
+    assert "where a read-modify-write's time goes" in text
+
+
 @pytest.mark.parametrize("system", ["postgres", "etcd"])
 def test_a_peer_commits_transactions_or_is_skipped_with_the_reason(
     peers: dict[str, Any], system: str
