@@ -121,6 +121,18 @@ class ServerCollector(Collector):
         for shard, mark in sorted(state["vector_watermark"].items()):
             watermarks.add_metric([*values, str(shard)], mark)
         yield watermarks
+        stream = state.get("stream")
+        if stream is not None:
+            yield _histogram(
+                "meridian_stream_batch_wait_seconds",
+                "from a batch's first record to the batch's close (the stream's batch delay)",
+                labels, stream["batch_wait"],
+            )
+            yield _histogram(
+                "meridian_stream_choose_seconds",
+                "from an entry's proposal to its choice by a majority of regions",
+                labels, stream["choose_latency"],
+            )
         lag = state.get("follower_lag_slots")
         if lag is not None:
             family = GaugeMetricFamily(

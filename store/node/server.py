@@ -343,6 +343,9 @@ class ShardServer:
             stream = replica.stream
             if stream is not None:
                 state["follower_lag_slots"] = {peer: stream.lag_slots(peer) for peer in stream.peers}
+                state["stream"] = {
+                    "batch_wait": stream.batch_wait, "choose_latency": stream.choose_latency,
+                }
         if self.transport is not None:
             state["replication"] = {**self.transport.stats(), "queued": self.transport.queued()}
         return state
@@ -519,6 +522,18 @@ class ShardServer:
             "disk": self._disk_status(),
             "follower_lag_slots": (
                 {peer: replica.stream.lag_slots(peer) for peer in replica.stream.peers}
+                if replica.stream is not None else {}
+            ),
+            # Sums and counts of the stream's latencies (metrics: the histograms): a reader
+            # takes means over an interval from two readings.
+            "stream_latency": (
+                {
+                    name: {"count": h.observations, "sum_ns": h.sum_ns}
+                    for name, h in (
+                        ("batch_wait", replica.stream.batch_wait),
+                        ("choose", replica.stream.choose_latency),
+                    )
+                }
                 if replica.stream is not None else {}
             ),
             "counters": {

@@ -163,3 +163,44 @@ def test_pipelined_commits_are_awaited_together_one_submit_per_transaction(
         await client.close()
 
     run(scenario())
+
+
+def test_leaders_say_where_commits_wait_the_batch_delay_and_the_round_trip(
+    geo: ProcessCluster,
+) -> None:
+    """Each leader's status splits a commit's wait: its batches' wait from the first record
+    to the close, and each batch entry's proposal-to-choice time, which across regions is at
+    least the 50 ms round trip to the nearest other region and below what the client waited
+    for the whole transaction."""
+
+    async def scenario() -> None:
+        client = await Client.connect(geo.config)
+
+        def sums(statuses: list[dict]) -> dict[str, tuple[int, int]]:
+            out: dict[str, tuple[int, int]] = {}
+            for name in ("batch_wait", "choose"):
+                entries = [s["stream_latency"][name] for s in statuses if s]
+                out[name] = (sum(e["count"] for e in entries), sum(e["sum_ns"] for e in entries))
+            return out
+
+        before = sums(await client.status())
+        slowest = 0.0
+        for n in range(10):
+            result = await client.run_ops_detailed(
+                [["increment", f"wait/{n}", 1], ["increment", f"wait/{n + 100}", 1]]
+            )
+            slowest = max(slowest, result.committed_s or 0.0)
+        after = sums(await client.status())
+        await client.close()
+        chosen = after["choose"][0] - before["choose"][0]
+        assert chosen >= 10  # every transaction's records rode in some batch
+        mean_choose_ms = (after["choose"][1] - before["choose"][1]) / chosen / 1e6
+        assert 45 <= mean_choose_ms <= slowest * 1000, (mean_choose_ms, slowest)
+        closed = after["batch_wait"][0] - before["batch_wait"][0]
+        assert closed >= 10
+        # One transaction at a time: every stream is quiet, so batches close when the step
+        # that opened them ends, not batch_delay_ns later.
+        mean_wait_ms = (after["batch_wait"][1] - before["batch_wait"][1]) / closed / 1e6
+        assert mean_wait_ms < 5, mean_wait_ms
+
+    run(scenario())

@@ -165,6 +165,37 @@ def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_dela
     assert accept.entry.records == (["c"], ["d"])
 
 
+def test_a_leader_measures_the_batch_delay_and_the_round_to_a_majority() -> None:
+    """What a record's commit waits for, in the leader's histograms: its batch's wait from
+    the first record to the close (the batch delay of a busy stream), and each batch
+    entry's time from proposal to choice. Heartbeats are not counted as batches."""
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_delay_ns=10 * MS))
+    promise_all(leader)
+    leader.ready()
+    leader.append(0, ["a"], 1)  # quiet: closes when the step ends
+    leader.tick(1)
+    leader.ready()
+    leader.append(2 * MS, ["b"], 2)  # busy: waits for 10 ms after the last close
+    leader.append(3 * MS, ["c"], 3)
+    leader.tick(1 + 10 * MS)
+    leader.ready()
+    assert leader.batch_wait.observations == 2
+    assert leader.batch_wait.sum_ns == 1 + (1 + 10 * MS - 2 * MS)
+    assert leader.choose_latency.observations == 0
+    leader.handle(51 * MS, "eu", Accepted(S, B1, 0))  # proposed at 1 ns
+    leader.handle(65 * MS, "ap", Accepted(S, B1, 1))  # proposed at 10 ms + 1 ns
+    leader.ready()
+    assert leader.choose_latency.observations == 2
+    assert leader.choose_latency.sum_ns == (51 * MS - 1) + (65 * MS - 1 - 10 * MS)
+    # A heartbeat chosen later is no batch: nothing more observed.
+    leader.tick(200 * MS)
+    [(_, heartbeat), _] = accepts(leader.ready().messages)
+    assert heartbeat.entry.kind is EntryKind.BATCH and heartbeat.entry.records == ()
+    leader.handle(250 * MS, "eu", Accepted(S, B1, heartbeat.slot))
+    leader.ready()
+    assert leader.choose_latency.observations == 2
+
+
 def test_a_slot_is_chosen_by_a_majority_and_reported_in_slot_order() -> None:
     leader = StreamLeader(S, "us", PEERS, B1, settings(batch_size_max=1))
     promise_all(leader)

@@ -61,6 +61,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from store.core.metrics import LatencyHistogram
 from store.core.paxos.acceptor import Acceptor
 from store.core.paxos.messages import (
     Accept,
@@ -165,6 +166,12 @@ class StreamLeader:
         self._counters: list[int] = []
         self._batch_close_at: int | None = None
         self._batch_closed_at = -(1 << 62)  # when a batch last closed by its delay
+        self._batch_opened_at = 0  # when the open batch took its first record
+        # Where a record's commit waits (metrics): from its batch's first record to the
+        # batch's close (the batch delay), and from an entry's proposal to its choice (the
+        # round trip to a majority of regions, their disks included).
+        self.batch_wait = LatencyHistogram()
+        self.choose_latency = LatencyHistogram()
         self._watermark = 0
         self._vector_watermark: VectorClock = EMPTY
         self._last_counter = 0
@@ -227,10 +234,11 @@ class StreamLeader:
             # delay; but on a stream that has been quiet that long, at once: as soon as the
             # step that appended ends (a nanosecond on), taking every record of that step.
             self._batch_close_at = max(now_ns + 1, self._batch_closed_at + self.settings.batch_delay_ns)
+            self._batch_opened_at = now_ns
         self._records.append(record)
         self._counters.append(counter)
         if len(self._records) >= self.settings.batch_size_max:
-            self._close_batch()
+            self._close_batch(now_ns, by_delay=False)
         self._pump(now_ns)
 
     def advance_watermark(self, watermark: int) -> None:
@@ -248,7 +256,7 @@ class StreamLeader:
         one). A shard that hears of epoch 3 while in epoch 1 ends 2 as well: no transaction
         of it ran here, and without the marker the stream would never finalize it.
         ``set_epoch`` then starts the next one."""
-        self._close_batch()
+        self._close_batch(now_ns, by_delay=False)
         ended = self.epoch if through is None else max(self.epoch, through)
         self._enqueue(Entry(EntryKind.INF, epoch=ended))
         self._pump(now_ns)
@@ -413,12 +421,14 @@ class StreamLeader:
 
     # ---- phase 2 -----------------------------------------------------------------------
 
-    def _close_batch(self, now_ns: int | None = None) -> None:
+    def _close_batch(self, now_ns: int | None = None, by_delay: bool = True) -> None:
         self._batch_close_at = None
         if not self._records:
             return
         if now_ns is not None:
-            self._batch_closed_at = now_ns
+            if by_delay:
+                self._batch_closed_at = now_ns
+            self.batch_wait.observe(now_ns - self._batch_opened_at)
         entry = Entry(
             EntryKind.BATCH, self._records, self._counters, self._watermark,
             self._vector_watermark, self.epoch,
@@ -550,8 +560,11 @@ class StreamLeader:
             self._majority.discard(slot)
             del self._accepted_by[slot]
             del self._sent_at[slot]
+            entry = self._log[slot]
+            if entry.records:  # a batch of records, not a heartbeat, no-op or INF
+                self.choose_latency.observe(now_ns - self._proposed_at[slot])
             del self._proposed_at[slot]
-            self._chosen_out.append((slot, self._log[slot]))
+            self._chosen_out.append((slot, entry))
             self.chosen_through += 1
             moved = True
         if moved:
