@@ -278,16 +278,29 @@ async def requests_counted(client: Any, result: RunResult, phase: Any) -> None:
     leaders' counters; an aborted attempt's retry is one more) and the SDK's AWAITs
     (pipelined commits waited for together), per committed transaction."""
 
-    async def submits() -> int:
-        return sum(int(s["counters"]["submits"]) for s in await client.status() if s)
+    def totals(statuses: list[Any]) -> dict[str, int]:
+        out = {"submits": sum(int(s["counters"]["submits"]) for s in statuses if s)}
+        for name in ("batch_wait", "choose"):
+            for part in ("count", "sum_ns"):
+                out[f"{name}_{part}"] = sum(
+                    int(s.get("stream_latency", {}).get(name, {}).get(part, 0)) for s in statuses if s
+                )
+        return out
 
-    submits_before, awaits_before = await submits(), client.stats()["await_requests"]
+    before, awaits_before = totals(await client.status()), client.stats()["await_requests"]
     await phase
+    after = totals(await client.status())
     committed = max(1, sum(result.committed.values()))
-    result.extra["submits_per_txn"] = round((await submits() - submits_before) / committed, 3)
+    result.extra["submits_per_txn"] = round((after["submits"] - before["submits"]) / committed, 3)
     result.extra["await_requests_per_txn"] = round(
         (client.stats()["await_requests"] - awaits_before) / committed, 3
     )
+    # The leaders' streams over the phase: a batch's wait for its close, and an entry's
+    # round to a majority of regions (means over every batch of every leader).
+    for name in ("batch_wait", "choose"):
+        count = after[f"{name}_count"] - before[f"{name}_count"]
+        total_ns = after[f"{name}_sum_ns"] - before[f"{name}_sum_ns"]
+        result.extra[f"stream_{name}_mean_ms"] = round(total_ns / count / 1e6, 3) if count else None
 
 
 def run(
