@@ -278,7 +278,8 @@ def main() -> None:
             "leader, as Mako's benchmark does (remote accesses and the RPC between leaders are "
             f"measured{replication})" + ("; one region, no replication" if args.geo3 is None else ""))
     else:
-        # What the client's RPC endpoint did per committed transaction: packets, and the
+        # What the client's RPC endpoint did per committed transaction: packets, the
+        # datagrams that carried them (several packets for one leader share one), and the
         # retransmissions a response slower than the retransmission timeout costs.
         result["client_rpc_per_txn"] = {
             name: round(value / max(committed, 1), 3) for name, value in measured["client_rpc"].items()
@@ -361,7 +362,11 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         rpc_after = client._rpc.stats()
         measured["client_rpc"] = {
             name: rpc_after[name] - rpc_before[name]
-            for name in ("tx_pkts", "rx_pkts", "retransmits", "rx_held", "rx_stale")
+            for name in (
+                "tx_pkts", "rx_pkts", "tx_datagrams", "rx_datagrams", "retransmits", "rx_held",
+                "rx_stale",
+            )
+            if name in rpc_after  # datagrams: since bundling (an older core has only packets)
         }
         measured["submits"] = await submits(client) - before
         measured["scraped"] = (scraped_before, await asyncio.to_thread(scrape_cluster, config))

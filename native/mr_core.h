@@ -49,6 +49,11 @@
 #define MR_ADDR_MAX 32u
 #define MR_MAGIC_DATA 11u /* eRPC's kPktHdrMagic */
 #define MR_MAGIC_SM 12u
+/* A bundle (the UDP adapter's, mr_module.c): one datagram carrying several packets for one
+ * destination. Its first 16 bytes are zero but for this magic; then, per packet, its length
+ * (2 bytes, little-endian) and the packet. The core itself never sees one: a bundle handed to
+ * mr_core_rx is dropped as a bad magic. */
+#define MR_MAGIC_BUNDLE 13u
 #define MR_MSG_SIZE_LIMIT ((1u << 24) - 1u) /* 24-bit msg_size field */
 #define MR_PKT_NUM_LIMIT (1u << 14)         /* 14-bit pkt_num field */
 #define MR_REQ_NUM_MASK ((1ull << 44) - 1ull)

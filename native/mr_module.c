@@ -20,6 +20,27 @@
 #include "mr_hmac.h"
 
 #define MR_UDP_BATCH 64u
+/* Bundling (udp_send): the transmit queue is cut into chunks of this many packets; within a
+ * chunk, packets for one destination share datagrams (bundles, MR_MAGIC_BUNDLE) up to the MTU,
+ * at most MR_BUNDLES_OPEN destinations at a time. */
+#define MR_BUNDLE_CHUNK 256u
+#define MR_BUNDLES_OPEN 16u
+#define MR_BUNDLE_LEN_BYTES 2u
+
+/* One datagram to send: a packet of the core's queue as it is, or a bundle in txbuf. */
+typedef struct {
+    const uint8_t *data;
+    const uint8_t *addr;
+    uint32_t len, addr_len, pkts;
+} mr_dgram;
+
+/* A bundle being filled: its first packet is only remembered (sent as it is if none joins). */
+typedef struct {
+    const uint8_t *addr, *first;
+    uint32_t addr_len, first_len, pkts;
+    uint8_t *buf; /* NULL until a second packet joins */
+    uint32_t len;
+} mr_open_bundle;
 
 typedef struct {
     PyObject_HEAD mr_core *core;
@@ -28,6 +49,11 @@ typedef struct {
     struct mmsghdr *rxmsgs;
     struct iovec *rxiov;
     struct sockaddr_storage *rxaddr;
+    /* sendmmsg scratch: a chunk's bundles (MR_BUNDLE_CHUNK / 2 of mtu_bytes) and datagrams. */
+    uint8_t *txbuf;
+    mr_dgram *dgrams;
+    /* Datagrams sent and received (a bundle is one), bundles received malformed. */
+    uint64_t tx_datagrams, rx_datagrams, rx_bad_bundles;
 } CoreObject;
 
 static void Core_dealloc(CoreObject *self) {
@@ -36,6 +62,8 @@ static void Core_dealloc(CoreObject *self) {
     PyMem_Free(self->rxmsgs);
     PyMem_Free(self->rxiov);
     PyMem_Free(self->rxaddr);
+    PyMem_Free(self->txbuf);
+    PyMem_Free(self->dgrams);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -266,6 +294,44 @@ static PyObject *Core_take_packets(CoreObject *self, PyObject *Py_UNUSED(ignored
     return list;
 }
 
+/* Whether a datagram's first 16 bytes are a bundle's: all zero but the magic. */
+static int is_bundle(const uint8_t *d, uint32_t len) {
+    if (len < MR_HDR_BYTES) return 0;
+    for (uint32_t i = 0; i < MR_HDR_BYTES; i++)
+        if (d[i] != (i == 13 ? (uint8_t)(MR_MAGIC_BUNDLE << 4) : 0)) return 0;
+    return 1;
+}
+
+/* Feeds a received datagram to the core: a bundle packet by packet (each length checked
+ * against what is left: a bundle that does not add up is counted and its rest dropped, the
+ * packets before the fault having been fed), anything else as one packet. */
+static void rx_datagram(CoreObject *self, const uint8_t *addr, uint32_t addr_len,
+                        const uint8_t *d, uint32_t len, uint64_t now) {
+    if (!is_bundle(d, len)) {
+        mr_core_rx(self->core, addr, addr_len, d, len, now);
+        return;
+    }
+    uint32_t pos = MR_HDR_BYTES;
+    if (pos == len) {
+        self->rx_bad_bundles++; /* an empty bundle: no sender makes one */
+        return;
+    }
+    while (pos < len) {
+        if (len - pos < MR_BUNDLE_LEN_BYTES) {
+            self->rx_bad_bundles++;
+            return;
+        }
+        uint32_t plen = (uint32_t)d[pos] | ((uint32_t)d[pos + 1] << 8);
+        pos += MR_BUNDLE_LEN_BYTES;
+        if (plen < MR_HDR_BYTES || plen > len - pos) {
+            self->rx_bad_bundles++;
+            return;
+        }
+        mr_core_rx(self->core, addr, addr_len, d + pos, plen, now);
+        pos += plen;
+    }
+}
+
 static int rx_scratch(CoreObject *self) {
     if (self->rxbuf != NULL) return 0;
     size_t slot = mr_core_settings(self->core)->mtu_bytes + 1u;
@@ -312,8 +378,9 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
                 continue;
             }
             uint32_t alen = h->msg_namelen > MR_ADDR_MAX ? MR_ADDR_MAX : h->msg_namelen;
-            mr_core_rx(self->core, (const uint8_t *)h->msg_name, alen,
-                       (const uint8_t *)self->rxiov[i].iov_base, self->rxmsgs[i].msg_len, now);
+            self->rx_datagrams++;
+            rx_datagram(self, (const uint8_t *)h->msg_name, alen,
+                        (const uint8_t *)self->rxiov[i].iov_base, self->rxmsgs[i].msg_len, now);
         }
         if ((unsigned int)n < MR_UDP_BATCH) break;
     }
@@ -321,46 +388,146 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
     return take_events(self->core);
 }
 
-/* udp_send(fd) -> packets sent. Sends the whole transmit queue with sendmmsg. Datagrams the
- * kernel refuses (full buffer, unreachable) are dropped and counted: the protocol's
- * retransmission recovers, as it would from a loss on the wire. */
+static int tx_scratch(CoreObject *self) {
+    if (self->txbuf != NULL) return 0;
+    size_t mtu = mr_core_settings(self->core)->mtu_bytes;
+    self->txbuf = PyMem_Malloc(mtu * (MR_BUNDLE_CHUNK / 2));
+    self->dgrams = PyMem_Calloc(MR_BUNDLE_CHUNK, sizeof(mr_dgram));
+    if (!self->txbuf || !self->dgrams) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* Ends an open bundle: a datagram of its packets (or its one packet as it is). */
+static void bundle_close(mr_open_bundle *b, mr_dgram *out, uint32_t *count) {
+    mr_dgram *g = &out[(*count)++];
+    g->addr = b->addr;
+    g->addr_len = b->addr_len;
+    g->pkts = b->pkts;
+    if (b->buf == NULL) {
+        g->data = b->first;
+        g->len = b->first_len;
+    } else {
+        g->data = b->buf;
+        g->len = b->len;
+    }
+    b->pkts = 0;
+}
+
+static void bundle_put(uint8_t *buf, uint32_t *len, const uint8_t *pkt, uint32_t plen) {
+    buf[*len] = (uint8_t)(plen & 0xFF);
+    buf[*len + 1] = (uint8_t)(plen >> 8);
+    memcpy(buf + *len + MR_BUNDLE_LEN_BYTES, pkt, plen);
+    *len += MR_BUNDLE_LEN_BYTES + plen;
+}
+
+/* Packets [first, first + n) of the transmit queue as datagrams: per destination, in queue
+ * order, as many packets per datagram as fit in the MTU. Returns the number of datagrams. */
+static uint32_t bundle_chunk(CoreObject *self, uint32_t first, uint32_t n) {
+    mr_core *c = self->core;
+    uint32_t mtu = mr_core_settings(c)->mtu_bytes;
+    mr_open_bundle open[MR_BUNDLES_OPEN];
+    uint32_t opened = 0, evict = 0, count = 0, regions = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len, alen;
+        const uint8_t *addr;
+        const uint8_t *p = mr_core_tx_packet(c, first + i, &len, &addr, &alen);
+        mr_open_bundle *b = NULL;
+        for (uint32_t k = 0; k < opened; k++) {
+            if (open[k].pkts && open[k].addr_len == alen && memcmp(open[k].addr, addr, alen) == 0) {
+                b = &open[k];
+                break;
+            }
+        }
+        if (b != NULL) {
+            uint32_t room = b->buf == NULL ? MR_HDR_BYTES + MR_BUNDLE_LEN_BYTES + b->first_len : b->len;
+            if (room + MR_BUNDLE_LEN_BYTES + len <= mtu) {
+                if (b->buf == NULL) {
+                    /* Regions: at most one per two packets of the chunk, so n / 2 suffice. */
+                    b->buf = self->txbuf + (size_t)(regions++) * mtu;
+                    memset(b->buf, 0, MR_HDR_BYTES);
+                    b->buf[13] = (uint8_t)(MR_MAGIC_BUNDLE << 4);
+                    b->len = MR_HDR_BYTES;
+                    bundle_put(b->buf, &b->len, b->first, b->first_len);
+                }
+                bundle_put(b->buf, &b->len, p, len);
+                b->pkts++;
+                continue;
+            }
+            bundle_close(b, self->dgrams, &count); /* full: this packet starts the next */
+        } else if (opened < MR_BUNDLES_OPEN) {
+            b = &open[opened++];
+        } else {
+            for (uint32_t k = 0; k < opened && b == NULL; k++)
+                if (open[k].pkts == 0) b = &open[k];
+            if (b == NULL) {
+                b = &open[evict];
+                evict = (evict + 1) % MR_BUNDLES_OPEN;
+                bundle_close(b, self->dgrams, &count);
+            }
+        }
+        b->addr = addr;
+        b->addr_len = alen;
+        b->first = p;
+        b->first_len = len;
+        b->pkts = 1;
+        b->buf = NULL;
+    }
+    for (uint32_t k = 0; k < opened; k++)
+        if (open[k].pkts) bundle_close(&open[k], self->dgrams, &count);
+    return count;
+}
+
+/* udp_send(fd) -> packets sent. Sends the whole transmit queue with sendmmsg, packets for one
+ * destination bundled into shared datagrams (MR_MAGIC_BUNDLE): the kernel's cost of a
+ * loopback or LAN datagram is nearly all per datagram (measured here: about 4 us to send and
+ * 1 us to receive one, 80 bytes or 1,200), so a server answering many requests of one client
+ * in a step pays for one datagram, not for each answer. Datagrams the kernel refuses (full
+ * buffer, unreachable) are dropped and their packets counted: the protocol's retransmission
+ * recovers, as it would from a loss on the wire. */
 static PyObject *Core_udp_send(CoreObject *self, PyObject *arg) {
     if (!ready(self)) return NULL;
     int fd = PyLong_AsLong(arg);
     if (PyErr_Occurred()) return NULL;
+    if (tx_scratch(self) != 0) return NULL;
     mr_core *c = self->core;
-    uint32_t total = mr_core_tx_count(c), done = 0, sent = 0;
+    uint32_t total = mr_core_tx_count(c), sent = 0;
+    int stopped = 0;
     struct mmsghdr msgs[MR_UDP_BATCH];
     struct iovec iov[MR_UDP_BATCH];
-    while (done < total) {
-        uint32_t n = total - done < MR_UDP_BATCH ? total - done : MR_UDP_BATCH;
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t len, alen;
-            const uint8_t *addr;
-            const uint8_t *p = mr_core_tx_packet(c, done + i, &len, &addr, &alen);
-            iov[i].iov_base = (void *)p;
-            iov[i].iov_len = len;
-            memset(&msgs[i], 0, sizeof(msgs[i]));
-            msgs[i].msg_hdr.msg_iov = &iov[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-            msgs[i].msg_hdr.msg_name = (void *)addr;
-            msgs[i].msg_hdr.msg_namelen = alen;
-        }
-        int r = sendmmsg(fd, msgs, n, MSG_DONTWAIT);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
-                mr_core_stats_tx_failed(c, total - done);
-                done = total;
-                break;
+    for (uint32_t first = 0; first < total && !stopped; first += MR_BUNDLE_CHUNK) {
+        uint32_t n = total - first < MR_BUNDLE_CHUNK ? total - first : MR_BUNDLE_CHUNK;
+        uint32_t count = bundle_chunk(self, first, n), done = 0;
+        while (done < count) {
+            uint32_t m = count - done < MR_UDP_BATCH ? count - done : MR_UDP_BATCH;
+            for (uint32_t i = 0; i < m; i++) {
+                const mr_dgram *g = &self->dgrams[done + i];
+                iov[i].iov_base = (void *)g->data;
+                iov[i].iov_len = g->len;
+                memset(&msgs[i], 0, sizeof(msgs[i]));
+                msgs[i].msg_hdr.msg_iov = &iov[i];
+                msgs[i].msg_hdr.msg_iovlen = 1;
+                msgs[i].msg_hdr.msg_name = (void *)g->addr;
+                msgs[i].msg_hdr.msg_namelen = g->addr_len;
             }
-            r = 1; /* this datagram is refused (bad address, ...): skip it */
-            mr_core_stats_tx_failed(c, 1);
-        } else {
-            sent += (uint32_t)r;
+            int r = sendmmsg(fd, msgs, m, MSG_DONTWAIT);
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+                    stopped = 1; /* everything not sent yet is dropped, counted below */
+                    break;
+                }
+                r = 1; /* this datagram refused (bad address): skip it */
+            } else {
+                for (int i = 0; i < r; i++) sent += self->dgrams[done + (uint32_t)i].pkts;
+                self->tx_datagrams += (uint32_t)r;
+            }
+            done += (uint32_t)r;
         }
-        done += (uint32_t)r;
     }
+    if (sent < total) mr_core_stats_tx_failed(c, total - sent); /* refused, or not sent */
     mr_core_tx_consume(c, total);
     return PyLong_FromUnsignedLong(sent);
 }
@@ -369,10 +536,24 @@ static PyObject *Core_stats(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!ready(self)) return NULL;
     mr_stats *s = mr_core_stats(self->core);
 #define F(name) #name, (unsigned long long)s->name
-    return Py_BuildValue(
+    PyObject *stats = Py_BuildValue(
         "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
         F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(rx_held), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sm_unauthenticated), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
 #undef F
+    if (stats == NULL) return NULL;
+    /* The UDP adapter's own: datagrams (a bundle is one) and malformed bundles. */
+    const char *names[] = {"tx_datagrams", "rx_datagrams", "rx_bad_bundles"};
+    uint64_t values[] = {self->tx_datagrams, self->rx_datagrams, self->rx_bad_bundles};
+    for (int i = 0; i < 3; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
+        if (v == NULL || PyDict_SetItemString(stats, names[i], v) != 0) {
+            Py_XDECREF(v);
+            Py_DECREF(stats);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return stats;
 }
 
 static PyObject *Core_session_info(CoreObject *self, PyObject *arg) {
@@ -595,6 +776,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyModule_AddIntConstant(m, "ADDR_MAX", MR_ADDR_MAX);
     PyModule_AddIntConstant(m, "MAGIC_DATA", MR_MAGIC_DATA);
     PyModule_AddIntConstant(m, "MAGIC_SM", MR_MAGIC_SM);
+    PyModule_AddIntConstant(m, "MAGIC_BUNDLE", MR_MAGIC_BUNDLE);
     PyModule_AddIntConstant(m, "MSG_SIZE_LIMIT", MR_MSG_SIZE_LIMIT);
     PyModule_AddIntConstant(m, "SM_BODY_BYTES", MR_SM_BODY_BYTES);
     return m;

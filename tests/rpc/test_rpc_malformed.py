@@ -8,7 +8,7 @@ import socket
 import struct
 
 from store.rpc import Nexus, RpcSettings
-from store.rpc._native import MAGIC_DATA, MAGIC_SM, Core, encode_header
+from store.rpc._native import MAGIC_BUNDLE, MAGIC_DATA, MAGIC_SM, Core, encode_header
 from store.rpc.aio import Rpc
 from tests.rpc.helpers import echo_nexus, run, sim_pair
 
@@ -134,6 +134,55 @@ def test_udp_server_survives_garbage() -> None:
         assert stats["rx_oversized"] == 3  # 1473, 9000 and 60000 bytes
         assert stats["rx_short"] == 3  # 0, 1 and 15 bytes
         assert stats["rx_unknown_session"] >= 1
+        junk.close()
+        client.close()
+        server.close()
+
+    run(main)
+
+
+def _bundle(*parts: bytes) -> bytes:
+    """A bundle datagram's header (all zero but the magic's nibble) and ``parts`` as given."""
+    header = bytearray(16)
+    header[13] = MAGIC_BUNDLE << 4
+    return bytes(header) + b"".join(parts)
+
+
+def test_malformed_bundles_are_counted_and_the_server_goes_on() -> None:
+    """A bundle whose lengths do not add up is counted (rx_bad_bundles) and its rest dropped,
+    after the packets before the fault were taken one by one; a bundle inside a bundle is a
+    bad magic; the server keeps serving."""
+
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus(), settings=RpcSettings())
+        junk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        unknown = encode_header(1, 0, 0, 0, 0, 8)  # a packet for a session nobody has
+        length = struct.Struct("<H")
+        bad = [
+            _bundle(),  # empty
+            _bundle(b"\x01"),  # half a length
+            _bundle(length.pack(15) + bytes(15)),  # shorter than a header
+            _bundle(length.pack(200) + unknown),  # longer than what is left
+            _bundle(length.pack(len(unknown)) + unknown, b"\x05"),  # a good packet, then junk
+        ]
+        for datagram in bad:
+            junk.sendto(datagram, server.address)
+        nested = _bundle(length.pack(len(unknown)) + unknown)
+        junk.sendto(_bundle(length.pack(len(nested)) + nested), server.address)
+        two = _bundle(*(length.pack(len(unknown)) + unknown for _ in range(2)))
+        junk.sendto(two, server.address)
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+        assert await client.call(session, 1, b"alive") == b"alive"
+        stats = server.stats()
+        assert stats["rx_bad_bundles"] == 5
+        assert stats["rx_bad_magic"] == 1  # the nested bundle
+        # The good packets of the fifth bundle and of the last one reached the core.
+        assert stats["rx_unknown_session"] >= 3
+        rng = random.Random(11)
+        for _ in range(300):
+            junk.sendto(_bundle(rng.randbytes(rng.randrange(0, 1400))), server.address)
+        assert await client.call(session, 1, b"still") == b"still"
         junk.close()
         client.close()
         server.close()

@@ -166,3 +166,35 @@ def test_delay_injection_holds_packets_back() -> None:
         server.close()
 
     run(main)
+
+
+def test_packets_for_one_destination_share_datagrams() -> None:
+    """What a step sends to one peer leaves in as few datagrams as the MTU allows (bundles):
+    64 concurrent small requests cost the client and the server a few datagrams each way, not
+    64, and every answer is right; messages of several packets, and full-size packets that
+    fit no bundle, go through as well."""
+
+    async def main() -> None:
+        server = Rpc.udp(echo_nexus(reverse=True))
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+        base_client, base_server = client.stats(), server.stats()
+        payloads = [pattern(40, salt=i) for i in range(64)]
+        results = await asyncio.gather(*[client.call(session, 1, p) for p in payloads])
+        assert results == [p[::-1] for p in payloads]
+        sent = client.stats()["tx_pkts"] - base_client["tx_pkts"]
+        datagrams = client.stats()["tx_datagrams"] - base_client["tx_datagrams"]
+        assert sent >= 64 and datagrams * 4 <= sent, (sent, datagrams)
+        answered = server.stats()["tx_pkts"] - base_server["tx_pkts"]
+        answer_datagrams = server.stats()["tx_datagrams"] - base_server["tx_datagrams"]
+        assert answered >= 64 and answer_datagrams * 4 <= answered, (answered, answer_datagrams)
+        assert server.stats()["rx_datagrams"] - base_server["rx_datagrams"] == datagrams
+        big = [pattern(n, salt=n) for n in (1456, 1457, 3000, 20_000)]
+        assert await asyncio.gather(*[client.call(session, 1, p) for p in big]) == [
+            p[::-1] for p in big
+        ]
+        assert client.stats()["rx_bad_bundles"] == server.stats()["rx_bad_bundles"] == 0
+        client.close()
+        server.close()
+
+    run(main)
