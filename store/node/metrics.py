@@ -181,9 +181,17 @@ class ServerCollector(Collector):
             "meridian_rpc_retransmissions", "packets the RPC core sent again (go-back-N)",
             rpc["retransmits"],
         )
-        yield counter("meridian_rpc_packets_sent", "datagrams the RPC core sent", rpc["tx_pkts"])
+        yield counter("meridian_rpc_packets_sent", "packets the RPC core sent", rpc["tx_pkts"])
         yield counter(
-            "meridian_rpc_packets_received", "datagrams the RPC core received", rpc["rx_pkts"]
+            "meridian_rpc_packets_received", "packets the RPC core received", rpc["rx_pkts"]
+        )
+        yield counter(
+            "meridian_rpc_datagrams_sent",
+            "UDP datagrams that carried them (packets for one peer share one, up to the MTU)",
+            rpc["tx_datagrams"],
+        )
+        yield counter(
+            "meridian_rpc_datagrams_received", "UDP datagrams received", rpc["rx_datagrams"]
         )
         yield counter(
             "meridian_rpc_requests_handled", "requests this process's RPC core answered",

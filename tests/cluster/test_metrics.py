@@ -60,6 +60,8 @@ def test_metrics_parse_and_committed_counters_sum_to_what_clients_heard(tmp_path
             causes = {labels["cause"] for labels, _ in samples["meridian_transactions_aborted_total"]}
             assert {"conflict", "validation", "unreachable", "epoch"} <= causes
             assert total(samples, "meridian_rpc_requests_handled_total") > 0
+            datagrams = total(samples, "meridian_rpc_datagrams_sent_total")
+            assert 0 < datagrams <= total(samples, "meridian_rpc_packets_sent_total")
             assert samples["meridian_shard_watermark"]
     finally:
         cluster.stop()
