@@ -52,7 +52,7 @@ from store.node.snapshot import SnapshotWriter, read_snapshot
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
 from store.rpc._native import SharedCounter, SharedWatermarks
-from store.rpc.aio import Rpc, new_event_loop
+from store.rpc.aio import Rpc, new_event_loop, timer_delay_s
 
 log = logging.getLogger("meridian.server")
 
@@ -91,7 +91,7 @@ class LoopTimers:
         return time.monotonic_ns()
 
     def call_at(self, when_ns: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return self.loop.call_later(max(0.0, (when_ns - time.monotonic_ns()) / 1e9), callback)
+        return self.loop.call_later(timer_delay_s(when_ns, time.monotonic_ns()), callback)
 
 
 def _fatal(exc: BaseException) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+import time
 from collections import Counter
 
 from store.rpc import Nexus, ReqHandle, RpcSettings
-from store.rpc.aio import Rpc
+from store.rpc.aio import Rpc, timer_delay_s
 from tests.rpc.helpers import echo_nexus, pattern, run
 
 FAULTY = RpcSettings(rto_ns=2_000_000, session_timeout_ns=5_000_000_000)
@@ -194,6 +195,65 @@ def test_packets_for_one_destination_share_datagrams() -> None:
             p[::-1] for p in big
         ]
         assert client.stats()["rx_bad_bundles"] == server.stats()["rx_bad_bundles"] == 0
+        client.close()
+        server.close()
+
+    run(main)
+
+
+def test_timer_delays_never_fire_a_deadline_early_over_and_over() -> None:
+    """uvloop keeps timers in rounded milliseconds: a deadline under half a millisecond away
+    would fire at once, find nothing due, and ask again, every loop iteration. A deadline
+    within 50 us is due now; any other waits whole milliseconds, at least one."""
+    assert timer_delay_s(1_000_000, 1_000_000) == 0.0
+    assert timer_delay_s(1_000_000, 2_000_000) == 0.0  # past
+    assert timer_delay_s(1_050_000, 1_000_000) == 0.0
+    assert timer_delay_s(1_050_001, 1_000_000) == 0.001
+    assert timer_delay_s(1_400_000, 1_000_000) == 0.001
+    assert timer_delay_s(2_000_000, 1_000_000) == 0.001
+    assert timer_delay_s(2_000_001, 1_000_000) == 0.002
+    assert timer_delay_s(6_000_000, 1_000_000) == 0.005
+
+
+def test_a_client_waiting_on_slow_answers_wakes_about_once_a_millisecond() -> None:
+    """32 closed loops of requests at a slow handler (each answered 6-12 ms later, past the
+    5 ms retransmission timeout), so that the client always has a deadline a fraction of a
+    millisecond away: it wakes for them about once a millisecond at most, not once per loop
+    iteration until each is due (2,588 wakes in 375 ms before timer_delay_s, 225 after)."""
+
+    async def main() -> None:
+        nexus = Nexus()
+        server: Rpc | None = None
+        rng = random.Random(5)
+
+        def slow(handle: ReqHandle, payload: bytes) -> None:
+            assert server is not None
+            delay = rng.uniform(0.006, 0.012)
+            asyncio.get_running_loop().call_later(delay, server.enqueue_response, handle, payload)
+
+        nexus.register_req_func(1, slow)
+        server = Rpc.udp(nexus)
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+        wakes = 0
+        on_timer = client._on_timer
+
+        def counted() -> None:
+            nonlocal wakes
+            wakes += 1
+            on_timer()
+
+        client._on_timer = counted  # type: ignore[method-assign]
+
+        async def loop(worker: int) -> None:
+            for n in range(10):
+                payload = pattern(20, salt=worker * 100 + n)
+                assert await client.call(session, 1, payload) == payload
+
+        started = time.monotonic()
+        await asyncio.gather(*(loop(worker) for worker in range(32)))
+        elapsed_ms = (time.monotonic() - started) * 1000
+        assert wakes <= 1.5 * elapsed_ms + 10, (wakes, elapsed_ms)
         client.close()
         server.close()
 
