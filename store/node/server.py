@@ -374,6 +374,7 @@ class ShardServer:
             "recovered_records": self.recovered_records,
             "records_written": durable.records_written,
             "syncs": durable.syncs,
+            "inline_syncs": durable.inline_syncs,  # on the loop's thread (a fast disk)
             "sync_ms_mean": round(durable.sync_ns_total / durable.syncs / 1e6, 3) if durable.syncs else 0.0,
             "log_bytes": durable.disk_bytes(),
             "data_bytes": durable.data_bytes(),

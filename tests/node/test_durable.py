@@ -28,6 +28,7 @@ def _run(directory: Path, records: list, *, fsync: bool = True) -> tuple[list[st
     async def main() -> None:
         loop = asyncio.get_running_loop()
         durable, recovered = WalDurable.open(directory, loop, fsync=fsync, on_fatal=events.append)
+        durable.inline = False  # the Syncer's path (the inline one: test_a_fast_disk_...)
         events.append(f"recovered {sum(len(r) for r in recovered.values())}")
         durable.write(records)
         synced = loop.create_future()
@@ -190,3 +191,71 @@ def test_a_checkpoint_keeps_a_promise_above_every_vote() -> None:
     assert again.promised == NEW
     assert [again.accepted(slot) for slot in range(5)] == [acceptor.accepted(slot) for slot in range(5)]
     assert again.accepted(1) is None and again.accepted(4) is not None
+
+
+def test_a_fast_disk_syncs_on_the_loop_until_one_sync_is_slow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where fsync takes microseconds, a sync is done within ``sync`` (done called before it
+    returns, counted in ``inline_syncs``); the first fsync slower than INLINE_SYNC_MAX_NS
+    sends the later ones to the Syncer's thread (done called afterwards, from the loop). An
+    inline fsync that fails is fatal, and done is never called."""
+    import os as os_module
+    import time as time_module
+
+    from store.node import durable as durable_module
+
+    real_fsync = os_module.fsync
+    slow = {"on": False, "fail": False}
+
+    def fsync(fd: int) -> None:
+        if slow["fail"]:
+            raise OSError(5, "Input/output error")
+        if slow["on"]:
+            time_module.sleep(durable_module.INLINE_SYNC_MAX_NS / 1e9 * 2)
+        real_fsync(fd)
+
+    monkeypatch.setattr(durable_module.os, "fsync", fsync)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fatal: list[BaseException] = []
+        durable, _ = WalDurable.open(tmp_path / "a", loop, on_fatal=fatal.append)
+        monkeypatch.setattr(durable_module.time, "monotonic_ns", _fast_clock())
+        events: list[str] = []
+        durable.write([Prepare(0, OLD, 0)])
+        durable.sync(lambda: events.append("synced"))
+        events.append("sync asked")
+        assert events == ["synced", "sync asked"] and durable.inline_syncs == 1
+        monkeypatch.undo()
+        monkeypatch.setattr(durable_module.os, "fsync", fsync)
+        slow["on"] = True
+        durable.write([Accept(0, OLD, 0, _entry(1), 0)])
+        durable.sync(lambda: events.append("synced slowly"))
+        assert events[-1] == "synced slowly" and not durable.inline  # done, then no more inline
+        slow["on"] = False
+        synced = loop.create_future()
+        durable.write([Accept(0, OLD, 1, _entry(2), 0)])
+        durable.sync(lambda: synced.set_result("synced by the thread"))
+        assert not synced.done()
+        assert await asyncio.wait_for(synced, 10) == "synced by the thread"
+        assert durable.syncs == 3 and durable.inline_syncs == 2 and not fatal
+        durable.close()
+
+        failing, _ = WalDurable.open(tmp_path / "b", loop, on_fatal=fatal.append)
+        failing.write([Prepare(0, OLD, 0)])
+        slow["fail"] = True  # the disk fails now (the log's segment exists already)
+        failing.sync(lambda: events.append("never"))
+        assert "never" not in events and failing.closed
+        assert isinstance(fatal[0], OSError) and fatal[0].errno == 5
+        slow["fail"] = False
+        failing.close()
+
+    asyncio.run(main())
+    recovered = _run(tmp_path / "a", [])[1]
+    assert len(recovered[0]) == 3  # all three syncs' records are in the log
+
+
+def _fast_clock():  # type: ignore[no-untyped-def]
+    """A monotonic clock under which every fsync looks instantaneous."""
+    return lambda: 0
