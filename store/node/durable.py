@@ -251,14 +251,18 @@ class WalDurable:
         if took > INLINE_SYNC_MAX_NS:
             self.inline = False
         if error is not None:
-            # As for the Syncer's (``_on_synced_fds``): whether the data is on disk is unknown.
-            self.closed = True
-            self._on_fatal(OSError(error.errno, f"fsync of a write-ahead log: {error.strerror}"))
+            self._fsync_failed(error.errno or 0)
             return
         self.syncs += 1
         self.inline_syncs += 1
         self.sync_ns_total += took
         done()
+
+    def _fsync_failed(self, error: int) -> None:
+        """Whether the data reached the disk is unknown (Linux may even have dropped the
+        dirty pages: "fsyncgate"); going on could acknowledge lost votes: the process stops."""
+        self.closed = True
+        self._on_fatal(OSError(error, f"fsync of a write-ahead log: {os.strerror(error)}"))
 
     def _start_syncer(self) -> Syncer:
         if self.closed:  # its logs are closed: there is nothing a sync could cover
@@ -275,10 +279,7 @@ class WalDurable:
             if self.closed:
                 continue
             if error != 0:
-                # Whether the data reached the disk is unknown (Linux may even have dropped
-                # the dirty pages: "fsyncgate"); going on could acknowledge lost votes.
-                self.closed = True
-                self._on_fatal(OSError(error, f"fsync of a write-ahead log: {os.strerror(error)}"))
+                self._fsync_failed(error)
                 continue
             self.syncs += 1
             self.sync_ns_total += int((self._loop.time() - started) * 1e9)

@@ -177,17 +177,16 @@ class SdkProcess:
     def _ask(self, address: Any, payload: bytes) -> None:
         """One AWAIT request to ``address``, and the next once it is answered (``Client._ask``)."""
         watch = self.protocol.watch
-        session = self._sessions.get(address)
-        if session is None or session.error is not None:
-            following = watch.answered(address, None)  # every waiter there asks by Submit
-            if following is not None:
-                self._ask(address, following)
-            return
+
         def answered(answer: Any, error: RpcError | None) -> None:
             following = watch.answered(address, answer if error is None else None)
             if following is not None:
                 self._ask(address, following)
 
+        session = self._sessions.get(address)
+        if session is None or session.error is not None:
+            answered(None, None)  # no answer: every waiter there asks by its Submit
+            return
         done = _once(answered)
 
         try:
