@@ -165,6 +165,24 @@ def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_dela
     assert accept.entry.records == (["c"], ["d"])
 
 
+def test_a_full_batch_does_not_move_the_busy_streams_delay() -> None:
+    """A batch that closes because it holds batch_size_max records leaves the delay's rhythm
+    alone: the next batch still closes batch_delay_ns after the last one that closed by its
+    delay, not batch_delay_ns after the full one."""
+    leader = StreamLeader(S, "us", PEERS, B1, settings(batch_delay_ns=2 * MS, batch_size_max=2))
+    promise_all(leader)
+    leader.ready()
+    leader.append(10, ["a"], 1)  # quiet: closes when the step ends, at 11, by its delay
+    leader.tick(11)
+    leader.ready()
+    leader.append(20, ["b"], 2)
+    leader.append(30, ["c"], 3)  # full: closes at once
+    [(_, full), _] = accepts(leader.ready().messages)
+    assert full.entry.records == (["b"], ["c"])
+    leader.append(40, ["d"], 4)
+    assert leader.ready().wake_at == 11 + 2 * MS
+
+
 def test_a_leader_measures_the_batch_delay_and_the_round_to_a_majority() -> None:
     """What a record's commit waits for, in the leader's histograms: its batch's wait from
     the first record to the close (the batch delay of a busy stream), and each batch
