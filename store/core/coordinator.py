@@ -129,6 +129,9 @@ class Coordinator(Execution):
         self._send = send
         self._reply = reply
         self._observer = observer
+        # Called when a transaction whose client waits for COMMITTED (not for CERTIFIED)
+        # starts waiting for the watermark: the replica hurries its stream's open batch.
+        self.commit_awaited: Callable[[int], None] | None = None
         self._next_seq = 1
         self._txns: dict[int, Transaction] = {}
         self._by_client: dict[tuple[str, int], int] = {}
@@ -692,8 +695,11 @@ class Coordinator(Execution):
         self._awaiting_commit[txn.txn_id] = txn
         # A transaction already durable (a read of durable data, say) is answered COMMITTED
         # at once, without a CERTIFIED first that would cost the client a second request.
-        if self._wait_or_commit(txn) and txn.want_certified and self.settings.speculation:
-            self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
+        if self._wait_or_commit(txn):
+            if txn.want_certified and self.settings.speculation:
+                self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
+            elif self.commit_awaited is not None:
+                self.commit_awaited(now_ns)
 
     def _wait_or_commit(self, txn: Transaction) -> bool:
         """Commits ``txn`` if its clock is under the watermark; True if it must wait."""

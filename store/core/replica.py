@@ -229,6 +229,7 @@ class ShardLeader:
         self._outbox: list[tuple[str, Message]] = []
         self.coordinator.admits = self.accepts_more
         self.coordinator.may_acknowledge = self._may_acknowledge
+        self.coordinator.commit_awaited = self._hurry_stream
         self._replicated = bool(followers)
         # A shard's first leader (no takeover) follows nobody's lease: no hold.
         self._follows_a_leader = takeover is not None
@@ -591,6 +592,12 @@ class ShardLeader:
                 # Fresh claims of the fellows: the coordinator may answer COMMITTED in this
                 # step if they cover the transaction's counter.
                 self._share_claims(mark)
+
+    def _hurry_stream(self, now_ns: int) -> None:
+        """A client waits for the commit of a transaction whose writes are in the stream's
+        open batch (or already closed ones): the batch closes sooner (StreamLeader.hurry)."""
+        if self.stream is not None:
+            self.stream.hurry(now_ns)
 
     def _pump_stream(self) -> None:
         """Carries out the stream's Ready: messages out, chosen entries into the watermark."""

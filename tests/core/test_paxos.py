@@ -183,6 +183,36 @@ def test_a_full_batch_does_not_move_the_busy_streams_delay() -> None:
     assert leader.ready().wake_at == 11 + 2 * MS
 
 
+def test_a_batch_a_client_waits_on_closes_after_the_shorter_delay() -> None:
+    """``hurry`` (a client waits for the commit of a record appended so far): the open batch
+    closes batch_delay_awaited_ns after the previous close instead of batch_delay_ns; never
+    later than it would have; with no open batch it changes nothing, and the batch after a
+    hurried one keeps the ordinary delay."""
+    leader = StreamLeader(
+        S, "us", PEERS, B1, settings(batch_delay_ns=10 * MS, batch_delay_awaited_ns=4 * MS),
+    )
+    promise_all(leader)
+    leader.ready()
+    leader.hurry(5)  # nothing open: nothing to hurry
+    assert leader.hurried == 0
+    leader.append(10, ["a"], 1)  # quiet: closes at the end of the step, at 11
+    leader.hurry(10)  # already sooner than the shorter delay: unchanged
+    assert leader.ready().wake_at == 11 and leader.hurried == 0
+    leader.tick(11)
+    leader.ready()
+    leader.append(1 * MS, ["b"], 2)  # busy: would close at 11 + 10 ms
+    assert leader.ready().wake_at == 11 + 10 * MS
+    leader.hurry(2 * MS)
+    assert leader.ready().wake_at == 11 + 4 * MS and leader.hurried == 1
+    leader.tick(11 + 4 * MS)
+    [(_, accept), _] = accepts(leader.ready().messages)
+    assert accept.entry.records == (["b"],)
+    leader.append(5 * MS, ["c"], 3)  # the next batch: the ordinary delay again
+    assert leader.ready().wake_at == 11 + 14 * MS
+    leader.hurry(13 * MS)  # late: the shorter delay is past, so at the end of the step
+    assert leader.ready().wake_at == 13 * MS + 1
+
+
 def test_a_leader_measures_the_batch_delay_and_the_round_to_a_majority() -> None:
     """What a record's commit waits for, in the leader's histograms: its batch's wait from
     the first record to the close (the batch delay of a busy stream), and each batch

@@ -15,7 +15,9 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   ``batch_delay_ns`` after the previous batch closed by delay, or at the end of the step
   that opened it on a stream quiet for that long (later if the window is full: see
   ``_pump``). So a busy stream sends an entry every ``batch_delay_ns`` and a quiet one
-  does not make its first record wait for it. Entries wait in a queue and take the next slot when fewer than
+  does not make its first record wait for it. When a client waits for the commit of a
+  record in the open batch (``hurry``), the batch closes ``batch_delay_awaited_ns`` after
+  the previous one instead, if that is sooner. Entries wait in a queue and take the next slot when fewer than
   ``slots_in_flight_max`` slots are proposed and not yet chosen. A slot is **chosen** when
   a majority of regions accepted it; chosen slots are reported in slot order through
   ``ready().chosen``. An Accept a region has not acknowledged is sent again every
@@ -197,6 +199,7 @@ class StreamLeader:
         self.entries_proposed = 0
         self.heartbeats_proposed = 0
         self.noops_proposed = 0
+        self.hurried = 0  # open batches whose deadline ``hurry`` brought forward
         self.retransmissions = 0
         # Leases (docs/recovery.md "Stale reads"): when this leader started leading (phase 1
         # done), and the latest time it proposed an entry that a majority accepted at its
@@ -240,6 +243,17 @@ class StreamLeader:
         if len(self._records) >= self.settings.batch_size_max:
             self._close_batch(now_ns, by_delay=False)
         self._pump(now_ns)
+
+    def hurry(self, now_ns: int) -> None:
+        """A client waits for a record appended so far (not one that went on at
+        certification): the open batch closes ``batch_delay_awaited_ns`` after the previous
+        one closed, if that is sooner than its own deadline."""
+        if self._batch_close_at is None:
+            return  # no open batch: every record appended is in a closed one already
+        soon = max(now_ns + 1, self._batch_closed_at + self.settings.batch_delay_awaited_ns)
+        if soon < self._batch_close_at:
+            self._batch_close_at = soon
+            self.hurried += 1
 
     def advance_watermark(self, watermark: int) -> None:
         """Promise: every counter at or below ``watermark`` that this stream will ever carry

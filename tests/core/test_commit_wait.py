@@ -1,0 +1,86 @@
+"""A client that waits for COMMITTED hurries its leader's stream (StreamLeader.hurry): the
+batch holding its transaction's writes closes ``batch_delay_awaited_ns`` after the previous
+one, not ``batch_delay_ns``; a client that goes on at certification leaves the ordinary
+delay (its commit is not waited for, and fewer entries cost less CPU). One shard leader and
+its followers' acceptors, wired by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from store.core.errors import Status
+from store.core.partition import Partitioner
+from store.core.paxos import Accept, Acceptor, PaxosMessage, StreamSettings
+from store.core.replica import ShardLeader
+from store.core.settings import MS
+from store.core.txn import OPS_PROCEDURE, Procedures
+from store.protocol.messages import Outcome, Submit
+
+FOLLOWERS = ["eu", "ap"]
+STREAM = StreamSettings(batch_delay_ns=10 * MS, batch_delay_awaited_ns=3 * MS)
+
+
+class Shard:
+    def __init__(self) -> None:
+        self.now = 0
+        self.leader = ShardLeader(
+            0, ["us"], Partitioner(1), Procedures(), now_ns=0, followers=FOLLOWERS,
+            stream_settings=STREAM,
+        )
+        self.acceptors = {name: Acceptor(0) for name in FOLLOWERS}
+        self.outcomes: list[Outcome] = []
+        self.proposed_at: list[int] = []  # when each entry with records went out
+        self.seq = 0
+        self._deliver()
+        self.run_until(lambda: self.leader.stream is not None and self.leader.stream.chosen_through > 0)
+
+    def _deliver(self) -> None:
+        pending = self.leader.ready().messages
+        while pending:
+            for dst, message in pending:
+                if isinstance(message, Outcome):
+                    self.outcomes.append(message)
+                elif isinstance(message, PaxosMessage) and dst in self.acceptors:
+                    if isinstance(message, Accept) and message.entry.records and dst == "eu":
+                        self.proposed_at.append(self.now)
+                    acceptor = self.acceptors[dst]
+                    acceptor.handle(self.now, "us", message)
+                    for _, reply in acceptor.ready().messages:
+                        self.leader.handle(self.now, dst, reply)
+            pending = self.leader.ready().messages
+
+    def step(self) -> None:
+        self.now += MS // 4
+        self.leader.tick(self.now)
+        self._deliver()
+
+    def run_until(self, done, limit_ns: int = 500 * MS) -> None:  # type: ignore[no-untyped-def]
+        end = self.now + limit_ns
+        while not done():
+            assert self.now < end, "not within the limit"
+            self.step()
+
+    def put(self, key: str, want_certified: bool) -> int:
+        self.seq += 1
+        submit = Submit("client", self.seq, OPS_PROCEDURE, [[["put", key, self.seq]]], want_certified)
+        self.leader.handle(self.now, "client", submit)
+        self._deliver()
+        return self.seq
+
+    def final(self, seq: int) -> bool:
+        return any(o.seq == seq and o.status == Status.COMMITTED for o in self.outcomes)
+
+
+@pytest.mark.parametrize(("want_certified", "delay"), [(False, 3 * MS), (True, 10 * MS)])
+def test_a_client_waiting_for_commit_hurries_its_batch(want_certified: bool, delay: int) -> None:
+    shard = Shard()
+    first = shard.put("a", want_certified)  # a quiet stream: its batch goes at once
+    shard.run_until(lambda: len(shard.proposed_at) == 1)
+    shard.step()
+    second = shard.put("b", want_certified)  # busy now: waits for a delay after the first
+    shard.run_until(lambda: len(shard.proposed_at) == 2)
+    assert shard.proposed_at[1] - shard.proposed_at[0] == delay
+    assert shard.leader.stream is not None
+    assert shard.leader.stream.hurried == (0 if want_certified else 1)
+    shard.run_until(lambda: shard.final(first) and shard.final(second))
