@@ -167,8 +167,13 @@ class StreamSettings:
     # the widest inter-region round trip.
     accept_retry_ns: int = 250 * MS
     prepare_retry_ns: int = 250 * MS
-    # A commit index that moved and rode on no Accept is announced this long after.
-    commit_announce_delay_ns: int = 1 * MS
+    # A commit index that moved and rode on no Accept is announced this long after. As long
+    # as batch_delay_ns, so that on a busy stream the next Accept carries it: a Commit of its
+    # own is a gRPC message to every follower (about 150 us of CPU at both ends) for news
+    # only followers' snapshot reads use, which now lag up to this much more. 10 ms rather
+    # than 1: on geo3 at 50 ms, three alternating pairs gave 4.5-8.3% more committed and
+    # 7-36% more certified throughput, read-only means 0.7-1.4 ms lower (2026-12-04).
+    commit_announce_delay_ns: int = 10 * MS
     # A learner asks the leader for chosen slots it is missing once the gap is this old,
     # and again at this interval.
     fetch_retry_ns: int = 100 * MS

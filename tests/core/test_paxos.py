@@ -317,6 +317,7 @@ def test_a_heartbeat_with_nothing_new_waits_the_idle_interval() -> None:
     carries a risen watermark or vector watermark goes after heartbeat_interval_ns."""
     leader = StreamLeader(S, "us", PEERS, B1, settings(
         heartbeat_interval_ns=5 * MS, heartbeat_idle_interval_ns=100 * MS,
+        commit_announce_delay_ns=1 * MS,
     ))
     promise_all(leader)
     leader.advance_watermark(42)
