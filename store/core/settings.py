@@ -133,9 +133,11 @@ class StreamSettings:
     # While a client waits for the COMMITTED answer of a transaction this leader coordinates
     # (not one that went on at certification), the open batch closes this long after the
     # previous one closed instead (StreamLeader.hurry): its commit waits for the batch. On
-    # geo3 at 50 ms with every client waiting for commit, 5 ms took 2.5 ms off the RMW mean
-    # and added 3-4% to committed throughput; 2 ms cost more in CPU queueing (read-only mean
-    # 1.9 -> 3.6 ms) than it saved (2026-12-04). A shard leader hurries for its own
+    # geo3 at 50 ms with every client waiting for commit: +0.5 to +4% committed throughput
+    # (RMW mean -1 to -2.5 ms) in three alternating pairs, -1.5 and -1.9% in two pairs in a
+    # slow spell of the machine (the batch wait saved went to CPU queueing); every batch at
+    # 2 ms cost more in CPU queueing (read-only mean 1.9 -> 3.6 ms) than it saved
+    # (2026-12-04). A shard leader hurries for its own
     # clients only: a participant shard's batch holding the same transaction's writes waits
     # its own delay unless its clients wait too.
     batch_delay_awaited_ns: int = 5 * MS
@@ -171,7 +173,7 @@ class StreamSettings:
     # as batch_delay_ns, so that on a busy stream the next Accept carries it: a Commit of its
     # own is a gRPC message to every follower (about 150 us of CPU at both ends) for news
     # only followers' snapshot reads use, which now lag up to this much more. 10 ms rather
-    # than 1: on geo3 at 50 ms, three alternating pairs gave 4.5-8.3% more committed and
+    # than 1: on geo3 at 50 ms, five alternating pairs gave 1.7-8.3% more committed and
     # 7-36% more certified throughput, read-only means 0.7-1.4 ms lower (2026-12-04).
     commit_announce_delay_ns: int = 10 * MS
     # A learner asks the leader for chosen slots it is missing once the gap is this old,

@@ -107,7 +107,7 @@ class WalDurable:
         self.records_written = 0
         self.syncs = 0
         self.sync_ns_total = 0
-        # Syncs run on the loop's thread until one is slow (module doc); how many did.
+        # Syncs run on the loop's thread until too many are slow (module doc); how many did.
         self.inline = True
         self.inline_syncs = 0
         self._slow_history = 0  # bit i: the i-th latest inline sync was slow
