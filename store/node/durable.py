@@ -245,8 +245,8 @@ class WalDurable:
         self._syncs_running[token] = (done, started)
 
     def _sync_inline(self, files: list[int], done: Callable[[], None]) -> None:
-        """``fsync`` and close ``files`` here, as the Syncer's thread would; a slow one ends
-        the inline syncs (module doc)."""
+        """``fsync`` and close ``files`` here, as the Syncer's thread would; too many slow
+        ones end the inline syncs (module doc)."""
         started = time.monotonic_ns()
         error: OSError | None = None
         for fd in files:

@@ -7,13 +7,15 @@ its followers' acceptors, wired by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from store.core.errors import Status
 from store.core.partition import Partitioner
 from store.core.paxos import Accept, Acceptor, PaxosMessage, StreamSettings
 from store.core.replica import ShardLeader
-from store.core.settings import MS
+from store.core.settings import DEFAULT_SETTINGS, MS
 from store.core.txn import OPS_PROCEDURE, Procedures
 from store.protocol.messages import Outcome, Submit
 
@@ -22,11 +24,12 @@ STREAM = StreamSettings(batch_delay_ns=10 * MS, batch_delay_awaited_ns=3 * MS)
 
 
 class Shard:
-    def __init__(self) -> None:
+    def __init__(self, speculation: bool = True) -> None:
         self.now = 0
         self.leader = ShardLeader(
             0, ["us"], Partitioner(1), Procedures(), now_ns=0, followers=FOLLOWERS,
             stream_settings=STREAM,
+            settings=DEFAULT_SETTINGS.with_overrides(speculation=speculation),
         )
         self.acceptors = {name: Acceptor(0) for name in FOLLOWERS}
         self.outcomes: list[Outcome] = []
@@ -55,7 +58,7 @@ class Shard:
         self.leader.tick(self.now)
         self._deliver()
 
-    def run_until(self, done, limit_ns: int = 500 * MS) -> None:  # type: ignore[no-untyped-def]
+    def run_until(self, done: Callable[[], bool], limit_ns: int = 500 * MS) -> None:
         end = self.now + limit_ns
         while not done():
             assert self.now < end, "not within the limit"
@@ -72,9 +75,21 @@ class Shard:
         return any(o.seq == seq and o.status == Status.COMMITTED for o in self.outcomes)
 
 
-@pytest.mark.parametrize(("want_certified", "delay"), [(False, 3 * MS), (True, 10 * MS)])
-def test_a_client_waiting_for_commit_hurries_its_batch(want_certified: bool, delay: int) -> None:
-    shard = Shard()
+@pytest.mark.parametrize(
+    ("want_certified", "speculation", "delay"),
+    [
+        (False, True, 3 * MS),
+        (True, True, 10 * MS),
+        # Without speculation a client asking for CERTIFIED hears nothing before the commit
+        # either: it waits for the commit, so it hurries.
+        (True, False, 3 * MS),
+    ],
+)
+def test_a_client_waiting_for_commit_hurries_its_batch(
+    want_certified: bool, speculation: bool, delay: int,
+) -> None:
+    hurries = delay == 3 * MS
+    shard = Shard(speculation)
     first = shard.put("a", want_certified)  # a quiet stream: its batch goes at once
     shard.run_until(lambda: len(shard.proposed_at) == 1)
     shard.step()
@@ -82,5 +97,5 @@ def test_a_client_waiting_for_commit_hurries_its_batch(want_certified: bool, del
     shard.run_until(lambda: len(shard.proposed_at) == 2)
     assert shard.proposed_at[1] - shard.proposed_at[0] == delay
     assert shard.leader.stream is not None
-    assert shard.leader.stream.hurried == (0 if want_certified else 1)
+    assert shard.leader.stream.hurried == (1 if hurries else 0)
     shard.run_until(lambda: shard.final(first) and shard.final(second))

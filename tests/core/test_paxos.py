@@ -213,6 +213,33 @@ def test_a_batch_a_client_waits_on_closes_after_the_shorter_delay() -> None:
     assert leader.ready().wake_at == 13 * MS + 1
 
 
+def test_a_busy_streams_accepts_carry_the_commit_index_without_commits_of_their_own() -> None:
+    """With the default settings, a stream busy at one record per millisecond (an entry per
+    batch_delay_ns) sends no ``Commit``: every moved commit index rides on the next Accept,
+    which goes before commit_announce_delay_ns is up (a Commit is a message of its own to
+    every follower). The followers still learn every chosen slot from the Accepts."""
+    leader = StreamLeader(S, "us", PEERS, B1, StreamSettings())
+    promise_all(leader)
+    leader.ready()
+    proposed: dict[int, int] = {}  # slot -> when its Accept went out
+    commits = 0
+    announced = 0
+    for counter, now in enumerate(range(0, 300 * MS, MS), start=1):
+        leader.append(now, [f"t{counter}"], counter)
+        leader.tick(now)
+        for peer in PEERS:  # a majority (with our own vote) answers 50 ms after each Accept
+            for slot in [s for s, at in proposed.items() if at == now - 50 * MS]:
+                leader.handle(now, peer, Accepted(S, B1, slot))
+        for _, message in leader.ready().messages:
+            if isinstance(message, Commit):
+                commits += 1
+            elif isinstance(message, Accept):
+                proposed.setdefault(message.slot, now)
+                announced = max(announced, message.chosen_through)
+    assert commits == 0
+    assert leader.chosen_through > 20 and announced >= leader.chosen_through - 1
+
+
 def test_a_leader_measures_the_batch_delay_and_the_round_to_a_majority() -> None:
     """What a record's commit waits for, in the leader's histograms: its batch's wait from
     the first record to the close (the batch delay of a busy stream), and each batch
