@@ -127,9 +127,14 @@ class StreamSettings:
     # messages to every region (grpc.aio: about 150 us of CPU per message, both ends), so at
     # a thousand records a second a 1 ms delay would send a thousand nearly empty entries.
     # 10 ms rather than 5: on geo3 under bench/peers' load, 15% less CPU per transaction and
-    # 15% more certified throughput; committed throughput the same (the longer wait is paid
-    # back in less CPU queueing); a quiet stream's first record does not wait (2026-12-03).
-    batch_delay_ns: int = 10 * MS
+    # 15% more certified throughput (2026-12-03). 20 ms rather than 10: certified throughput
+    # 6,313 / 6,511 / 6,857 against 5,026 / 5,744 / 5,639 txn/s in three alternating pairs,
+    # the certified answer's p50 9.5 ms against 11.4 and the pipelined commit's p50 the
+    # same (67.5 ms: the longer wait is paid back in less CPU queueing); 30 and 40 ms gained
+    # nothing more (6,536 / 6,881 and 6,618 / 6,320). Clients waiting for commit are not
+    # held by it (batch_delay_awaited_ns), and a quiet stream's first record does not wait
+    # (2026-12-05).
+    batch_delay_ns: int = 20 * MS
     # While a client waits for the COMMITTED answer of a transaction this leader coordinates
     # (not one that went on at certification), the open batch closes this long after the
     # previous one closed instead (StreamLeader.hurry): its commit waits for the batch. On
@@ -174,8 +179,9 @@ class StreamSettings:
     # own is a gRPC message to every follower (about 150 us of CPU at both ends) for news
     # only followers' snapshot reads use, which now lag up to this much more. 10 ms rather
     # than 1: on geo3 at 50 ms, five alternating pairs gave 1.7-8.3% more committed and
-    # 7-36% more certified throughput, read-only means 0.7-1.4 ms lower (2026-12-04).
-    commit_announce_delay_ns: int = 10 * MS
+    # 7-36% more certified throughput, read-only means 0.7-1.4 ms lower (2026-12-04); 20
+    # with the 20 ms batches (10 and 20 measured alike in two pairs, 2026-12-05).
+    commit_announce_delay_ns: int = 20 * MS
     # A learner asks the leader for chosen slots it is missing once the gap is this old,
     # and again at this interval.
     fetch_retry_ns: int = 100 * MS

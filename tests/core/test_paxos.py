@@ -224,7 +224,7 @@ def test_a_busy_streams_accepts_carry_the_commit_index_without_commits_of_their_
     proposed: dict[int, int] = {}  # slot -> when its Accept went out
     commits = 0
     announced = 0
-    for counter, now in enumerate(range(0, 300 * MS, MS), start=1):
+    for counter, now in enumerate(range(0, 600 * MS, MS), start=1):
         leader.append(now, [f"t{counter}"], counter)
         leader.tick(now)
         for peer in PEERS:  # a majority (with our own vote) answers 50 ms after each Accept

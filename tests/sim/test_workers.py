@@ -117,18 +117,18 @@ def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(ShardWatermark, "watermark", property(uncapped))
     # The stream's stamp past its entry's epoch stops the replica (an assertion in
-    # ShardLeader._pump_stream): an invariant broken, and what hung on that replica.
-    caught(FAULTS, [5], {"invariant-broken", "committed-before-durable", "lost-committed"})
+    # ShardLeader._pump_stream): an invariant broken, and what hung on that replica. Seed 2
+    # since the 20 ms batches (2026-12-05).
+    caught(FAULTS, [2], {"invariant-broken", "committed-before-durable", "lost-committed"})
 
 
 def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ShardWatermark, "beyond_epoch", lambda self: False)
-    # Seeds 386, 451, 482 of 120-699 on 2026-12-04 (none of 0-119: a rare schedule).
-    caught(
-        FAULTS, [386, 451, 482], {"committed-before-durable", "lost-committed", "invariant-broken"}
-    )
+    # Seeds 386, 451, 482 of 120-699 on 2026-12-04 (none of 0-119: a rare schedule); seed
+    # 123 of 0-123 with 20 ms batches (2026-12-05).
+    caught(FAULTS, [123], {"committed-before-durable", "lost-committed", "invariant-broken"})
 
 
 def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
@@ -141,12 +141,13 @@ def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
     board too: seed 276 showed it until the SDK's pipelined commits were awaited together
     (AWAIT, 2026-12-04); then none of the first few hundred did, and seeds 2342 and 2747 of
     2000-2999 did; once commit-waiting clients hurried their streams' batches, 2644 and 4336; once commits
-    rode on Accepts, 3518 and 3797 (tests/core/test_watermark.py breaks the rule directly as well)."""
+    rode on Accepts, 3518 and 3797; with 20 ms batches, 312 (2026-12-05; tests/core/test_watermark.py
+    breaks the rule directly as well)."""
     monkeypatch.setattr(sim_cluster, "LocalWatermarks", lambda shards, slots: None)
     monkeypatch.setattr(
         VectorWatermark, "learn_entries", lambda self, entries, epoch: self.learn_clocks(entries)
     )
-    caught(FAULTS, [3518, 3797], {"lost-committed", "committed-before-durable"})
+    caught(FAULTS, [312], {"lost-committed", "committed-before-durable"})
 
 
 def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
