@@ -325,9 +325,23 @@ class VersionedStore:
                 if version.state == CERTIFIED and version.vc.le_watermark(watermark):
                     keep_from = index
                     break
-            kept = chain if keep_from is None else [chain[keep_from]] + [
-                v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
-            ]
+            if keep_from is None:
+                # No durable version: only rolled-back ones can go. A key whose every
+                # version was rolled back (an insert undone by recovery) goes with them;
+                # kept, it stayed dirty for ever, visited as a miss by every pass.
+                kept = [v for v in chain if v.state != ROLLED_BACK]
+                if not kept and key not in self._locks:
+                    dropped += len(chain)
+                    del self._chains[key]
+                    self._tables[table_of(key)].discard(key)
+                    misses = 0
+                    continue
+                if not kept:
+                    kept = chain  # locked: its holder may still install; visited again
+            else:
+                kept = [chain[keep_from]] + [
+                    v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
+                ]
             if keep_from is not None and kept[0].deleted and len(kept) == 1 and key not in self._locks:
                 # A durable tombstone with nothing above it: the key is gone for good.
                 dropped += len(chain)
@@ -350,7 +364,9 @@ class VersionedStore:
             misses = 0
             dropped += len(chain) - len(kept)
             chain[:] = kept
-            if len(kept) > 1:
+            if len(kept) > 1 or (keep_from is None and kept[0].deleted):
+                # Older versions to drop later, or a tombstone not yet durable (the key goes
+                # once it is).
                 still_dirty.append(key)
         for key in still_dirty:
             dirty[key] = None

@@ -68,6 +68,28 @@ def test_gc_keeps_the_newest_durable_version_and_everything_above_it() -> None:
     assert [v.value for v in store.chain("t/a")] == [5]
 
 
+def test_gc_drops_a_key_whose_every_version_was_rolled_back() -> None:
+    """An insert undone by recovery leaves a chain of rolled-back versions only: GC drops
+    the key (it was kept for ever before, dirty, a miss in every pass), unless a
+    transaction holds its lock; a tombstone above them stays until it is durable."""
+    store = VersionedStore()
+    store.install("t/a", 1, False, vc(s0=5), 0, 5)
+    store.install("t/b", 1, False, vc(s0=6), 0, 6)
+    store.install("t/c", 1, False, vc(s0=7), 0, 7)
+    store.install("t/c", None, True, vc(s0=9), 0, 9)
+    for key, txn in (("t/a", 5), ("t/b", 6), ("t/c", 7)):
+        assert store.roll_back(key, txn)
+    assert store.try_lock_all(["t/b"], 42)
+    assert store.collect_garbage({0: 8}) == 2  # t/a whole, t/c's rolled-back insert
+    assert store.chain("t/a") == [] and [k for k, _ in store.scan("t/", "t0", 10)] == []
+    assert len(store.chain("t/b")) == 1  # locked: kept, and visited again
+    assert [v.deleted for v in store.chain("t/c")] == [True]
+    assert store.garbage_candidates() == 2
+    store.unlock_all(["t/b"], 42)
+    assert store.collect_garbage({0: 9}) == 2  # t/b; t/c's tombstone, durable now
+    assert store.garbage_candidates() == 0 and store.key_count() == 0
+
+
 def test_a_gc_pass_is_bounded_and_resumes_where_it_stopped() -> None:
     store = VersionedStore()
     for i in range(10):
