@@ -325,30 +325,25 @@ class VersionedStore:
                 if version.state == CERTIFIED and version.vc.le_watermark(watermark):
                     keep_from = index
                     break
-            if keep_from is None:
-                # No durable version: only rolled-back ones can go. A key whose every
-                # version was rolled back (an insert undone by recovery) goes with them;
-                # kept, it stayed dirty for ever, visited as a miss by every pass.
+            if keep_from is None:  # no durable version: only rolled-back ones can go
                 kept = [v for v in chain if v.state != ROLLED_BACK]
-                if not kept and key not in self._locks:
-                    dropped += len(chain)
-                    del self._chains[key]
-                    self._tables[table_of(key)].discard(key)
-                    misses = 0
-                    continue
-                if not kept:
-                    kept = chain  # locked: its holder may still install; visited again
             else:
                 kept = [chain[keep_from]] + [
                     v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
                 ]
-            if keep_from is not None and kept[0].deleted and len(kept) == 1 and key not in self._locks:
-                # A durable tombstone with nothing above it: the key is gone for good.
+            if key not in self._locks and (
+                not kept or (keep_from is not None and len(kept) == 1 and kept[0].deleted)
+            ):
+                # Nothing left that anyone can read: the key is gone for good. A durable
+                # tombstone with nothing above it, or versions that were all rolled back (an
+                # insert undone by recovery: kept, it stayed dirty for ever).
                 dropped += len(chain)
                 del self._chains[key]
                 self._tables[table_of(key)].discard(key)
                 misses = 0
                 continue
+            if not kept:
+                kept = chain  # locked: its holder may still install; visited again
             if len(kept) == len(chain):
                 # Nothing to drop yet: its newest versions are not durable. Keys are dirtied
                 # in certification order, so the ones behind a run of such keys most likely
