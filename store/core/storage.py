@@ -311,13 +311,39 @@ class VersionedStore:
         """
         dropped = 0
         dirty = self._dirty
+        chains, locks = self._chains, self._locks
         still_dirty: list[str] = []
+        visited: list[str] = []
         misses = 0
-        for _ in range(min(keys_max, len(dirty))):
-            key = next(iter(dirty))
-            del dirty[key]
-            chain = self._chain(key)
+        # The keys are read in order without removing any until the pass ends: taking the
+        # first key and deleting it, key after key, costs a scan of every slot deleted before
+        # it (a dict keeps its deleted slots until it is resized), quadratic in a pass.
+        for key in dirty:
+            if len(visited) == keys_max:
+                break
+            visited.append(key)
+            chain = chains.get(key)
             if not chain:
+                continue
+            newest = chain[-1]
+            if len(chain) == 2 and newest.state == CERTIFIED and chain[0].state == CERTIFIED:
+                # The usual case: one version over the durable one it replaced.
+                if not newest.vc.le_watermark(watermark):
+                    still_dirty.append(key)
+                    misses += 1
+                    if misses == GC_MISSES_MAX:
+                        break
+                    continue
+                misses = 0
+                if newest.deleted and key not in locks:
+                    dropped += 2
+                    del chains[key]
+                    self._tables[table_of(key)].discard(key)
+                    continue
+                dropped += 1
+                del chain[0]
+                if newest.deleted:
+                    still_dirty.append(key)  # a tombstone kept for its lock's holder
                 continue
             keep_from = None
             for index in range(len(chain) - 1, -1, -1):
@@ -331,14 +357,14 @@ class VersionedStore:
                 kept = [chain[keep_from]] + [
                     v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
                 ]
-            if key not in self._locks and (
+            if key not in locks and (
                 not kept or (keep_from is not None and len(kept) == 1 and kept[0].deleted)
             ):
                 # Nothing left that anyone can read: the key is gone for good. A durable
                 # tombstone with nothing above it, or versions that were all rolled back (an
                 # insert undone by recovery: kept, it stayed dirty for ever).
                 dropped += len(chain)
-                del self._chains[key]
+                del chains[key]
                 self._tables[table_of(key)].discard(key)
                 misses = 0
                 continue
@@ -359,10 +385,12 @@ class VersionedStore:
             misses = 0
             dropped += len(chain) - len(kept)
             chain[:] = kept
-            if len(kept) > 1 or (keep_from is None and kept[0].deleted):
-                # Older versions to drop later, or a tombstone not yet durable (the key goes
-                # once it is).
+            if len(kept) > 1 or kept[0].deleted:
+                # Older versions to drop later, or a tombstone not yet durable or locked (the
+                # key goes once it is durable and free).
                 still_dirty.append(key)
+        for key in visited:
+            del dirty[key]
         for key in still_dirty:
             dirty[key] = None
         return dropped

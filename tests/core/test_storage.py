@@ -90,6 +90,22 @@ def test_gc_drops_a_key_whose_every_version_was_rolled_back() -> None:
     assert store.garbage_candidates() == 0 and store.key_count() == 0
 
 
+def test_gc_keeps_a_locked_durable_tombstone_dirty_and_drops_it_once_unlocked() -> None:
+    """A delete durable over the version it replaced, while another transaction holds the
+    key's lock: the old version goes, the tombstone stays (its holder may still install)
+    and is visited again; once the lock is gone the key goes."""
+    store = VersionedStore()
+    store.install("t/a", 1, False, vc(s0=1), 0, 1)
+    store.install("t/a", None, True, vc(s0=2), 0, 2)
+    assert store.try_lock_all(["t/a"], 42)
+    assert store.collect_garbage({0: 2}) == 1
+    assert [v.deleted for v in store.chain("t/a")] == [True]
+    assert store.garbage_candidates() == 1
+    store.unlock_all(["t/a"], 42)
+    assert store.collect_garbage({0: 2}) == 1
+    assert store.key_count() == 0 and store.garbage_candidates() == 0
+
+
 def test_a_gc_pass_is_bounded_and_resumes_where_it_stopped() -> None:
     store = VersionedStore()
     for i in range(10):
