@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from itertools import islice
 from typing import Any, Literal
 
 from store.core.partition import table_of
@@ -415,8 +416,9 @@ class Participant:
         if self._stamp_floor:
             self._stamp_floor = self._stamp_floor.above(watermark)
         stamps = self._absent_stamps
-        for _ in range(min(keys_max, len(stamps))):
-            key = next(iter(stamps))
+        # The keys of the pass taken at once: the first key of a dict whose first keys were
+        # deleted is found by a scan over their slots (quadratic, key after key).
+        for key in list(islice(stamps, keys_max)):
             stamp = stamps.pop(key).above(watermark)
             if stamp:
                 stamps[key] = stamp  # to the back of the queue
