@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -126,7 +127,8 @@ class Client:
         self._rpc = Rpc.udp(Nexus(), local, 0, settings=rpc_settings)
         self._sessions: dict[Any, Session] = {}
         self._in_flight = asyncio.Semaphore(settings.in_flight_max)
-        self._await_tasks: set[asyncio.Task[None]] = set()  # _ask, one per leader at most
+        # _ask (one per leader at most), and pipelined commits whose wait went on in a task
+        self._await_tasks: set[asyncio.Task[Any]] = set()
         self.protocol = ClientProtocol(
             self.client_id, self._addresses, partitioner, settings, time.monotonic,
             random.Random(int.from_bytes(os.urandom(8), "little")),
@@ -411,11 +413,12 @@ class Client:
         shard = self.protocol.shard_for(route)
         loop = asyncio.get_running_loop()
         result, pending = await self._drive(self.protocol.run_pipelined(shard, procedure, list(args)))
+        future: asyncio.Future[TxnResult] = loop.create_future()
         if pending is None:
-            future: asyncio.Future[TxnResult] = loop.create_future()
             future.set_result(result)
             return result, future
-        return result, loop.create_task(self._drive(self.protocol.await_commit(pending, result)))
+        self._drive_waiting(self.protocol.await_commit(pending, result), None, future)
+        return result, future
 
     async def resume(self, pending: PendingTxn, speculative: bool = False) -> TxnResult:
         """Asks again for a transaction whose outcome was unknown (same id: never runs twice)."""
@@ -423,17 +426,48 @@ class Client:
 
     # ---- the driver ----------------------------------------------------------------------
 
-    async def _drive(self, steps: Steps[T]) -> T:
-        """Carries out a protocol generator's effects until it returns or raises."""
+    def _drive_waiting(
+        self, steps: Steps[T], value: Any, future: asyncio.Future[T]
+    ) -> None:
+        """Carries out a protocol generator's effects into ``future`` without a task of its
+        own while they are ``AwaitOutcome`` (a pipelined transaction's commit: a waiter of
+        the ``OutcomeWatch``, resumed by its callback, as the simulator's driver does); at
+        any other effect a task (``_drive``) takes the generator on from there."""
+        if future.done():  # cancelled by the caller: nothing more is asked
+            steps.close()
+            return
+        try:
+            effect = steps.send(value)
+        except StopIteration as stop:
+            future.set_result(stop.value)
+            return
+        except Exception as exc:  # the generator's typed error: the future's
+            future.set_exception(exc)
+            return
+        if not isinstance(effect, AwaitOutcome):
+            task = asyncio.get_running_loop().create_task(self._drive(steps, effect))
+            self._await_tasks.add(task)  # held until done (the loop keeps weak references)
+            task.add_done_callback(self._await_tasks.discard)
+            task.add_done_callback(partial(_settle, future))
+            future.add_done_callback(lambda f: task.cancel() if f.cancelled() else None)
+            return
+        _CommitWait(self, steps, future, effect)
+
+    async def _drive(self, steps: Steps[T], first: Any = None) -> T:
+        """Carries out a protocol generator's effects until it returns or raises;
+        ``first``: the effect it yielded last, not yet carried out (None: start it)."""
         value: Any = None
         error: RpcError | None = None
         sessions = self._sessions
         while True:
-            try:
-                effect = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
+            if first is not None:
+                effect, first = first, None
+            else:
+                try:
+                    effect = steps.send(value) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    result: T = stop.value
+                    return result
             value, error = None, None
             # The two effects of every transaction, without a coroutine of their own: a
             # Connect to a session that is up, and a Call on it.
@@ -578,6 +612,52 @@ class _OpsBuilder:
 
 # Operations whose second argument is a range's upper bound.
 _RANGE_OPS = ("scan", "keys", "count", "clear_range")
+
+
+class _CommitWait:
+    """One ``AwaitOutcome`` of ``Client._drive_waiting``: a waiter of the client's
+    ``OutcomeWatch`` until the answer or the deadline, whichever comes first, resumes the
+    generator. (An object rather than closures: two closures calling each other are a
+    cycle, freed only by the cyclic collector, whose passes cost more than the wait.) A
+    future the caller cancelled is resumed no further (``_drive_waiting``); its waiter
+    stays to the answer or the deadline."""
+
+    __slots__ = ("address", "client", "future", "seq", "steps", "timer")
+
+    def __init__(
+        self, client: Client, steps: Steps[Any], future: asyncio.Future[Any], effect: AwaitOutcome
+    ) -> None:
+        self.client, self.steps, self.future = client, steps, future
+        self.address, self.seq = effect.address, effect.seq
+        loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle | None = loop.call_later(effect.timeout_s, self.then, None)
+        payload = client.protocol.watch.wait(self.address, self.seq, self.then)
+        if payload is not None:
+            ask = loop.create_task(client._ask(self.address, payload))
+            client._await_tasks.add(ask)  # held until done (the loop keeps weak references)
+            ask.add_done_callback(client._await_tasks.discard)
+
+    def then(self, outcome: Outcome | None) -> None:
+        timer = self.timer
+        if timer is None:
+            return  # resumed already (the answer and the deadline both came)
+        self.timer = None
+        timer.cancel()
+        client = self.client
+        client.protocol.watch.forget(self.address, self.seq, self.then)
+        client._drive_waiting(self.steps, outcome, self.future)
+
+
+def _settle(future: asyncio.Future[T], task: asyncio.Task[T]) -> None:
+    """Hands a task's end to the future that stood for it (unless that was cancelled)."""
+    if future.done():
+        return
+    if task.cancelled():
+        future.cancel()
+    elif task.exception() is not None:
+        future.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        future.set_result(task.result())
 
 
 def _signed(limit: int, reverse: bool) -> int:
