@@ -165,6 +165,38 @@ def test_a_quiet_streams_batch_closes_when_the_step_ends_then_one_per_batch_dela
     assert accept.entry.records == (["c"], ["d"])
 
 
+def test_hurried_batches_of_streams_close_at_the_same_instants() -> None:
+    """Two streams whose batches closed at different times close their hurried ones
+    together, on the ticks of batch_delay_awaited_ns: a transaction with records on both
+    commits once both entries are chosen, so it waits for neither batch longer than for
+    the other. Batches closed by the ordinary delay keep each stream's own rhythm."""
+    ordinary, hurried = [], []
+    for first in (2 * MS + 5, 3 * MS + 17):
+        leader = StreamLeader(
+            S, "us", PEERS, B1, settings(batch_delay_ns=10 * MS, batch_delay_awaited_ns=4 * MS),
+        )
+        promise_all(leader)
+        leader.ready()
+        leader.append(first, ["quiet"], 1)  # quiet: closes when its step ends
+        leader.tick(first + 1)
+        leader.ready()
+        leader.append(first + 2, ["busy"], 2)
+        ordinary.append(leader.ready().wake_at)
+        closes = []
+        for i, at in enumerate((first + 2, 5 * MS), start=3):
+            if i > 3:
+                leader.append(at, ["awaited"], i)
+            leader.hurry(at)
+            wake = leader.ready().wake_at
+            assert wake is not None
+            closes.append(wake)
+            leader.tick(wake)
+            assert len(accepts(leader.ready().messages)) == len(PEERS)  # one entry
+        hurried.append(closes)
+    assert ordinary == [12 * MS + 6, 13 * MS + 18]  # a delay after each one's own close
+    assert hurried == [[4 * MS, 8 * MS], [4 * MS, 8 * MS]]
+
+
 def test_a_full_batch_does_not_move_the_busy_streams_delay() -> None:
     """A batch that closes because it holds batch_size_max records leaves the delay's rhythm
     alone: the next batch still closes batch_delay_ns after the last one that closed by its
@@ -185,9 +217,9 @@ def test_a_full_batch_does_not_move_the_busy_streams_delay() -> None:
 
 def test_a_batch_a_client_waits_on_closes_after_the_shorter_delay() -> None:
     """``hurry`` (a client waits for the commit of a record appended so far): the open batch
-    closes batch_delay_awaited_ns after the previous close instead of batch_delay_ns; never
-    later than it would have; with no open batch it changes nothing, and the batch after a
-    hurried one keeps the ordinary delay."""
+    closes at the next tick of batch_delay_awaited_ns after the previous close instead of
+    batch_delay_ns after it; never later than it would have; with no open batch it changes
+    nothing, and the batch after a hurried one keeps the ordinary delay."""
     leader = StreamLeader(
         S, "us", PEERS, B1, settings(batch_delay_ns=10 * MS, batch_delay_awaited_ns=4 * MS),
     )
@@ -202,14 +234,14 @@ def test_a_batch_a_client_waits_on_closes_after_the_shorter_delay() -> None:
     leader.ready()
     leader.append(1 * MS, ["b"], 2)  # busy: would close at 11 + 10 ms
     assert leader.ready().wake_at == 11 + 10 * MS
-    leader.hurry(2 * MS)
-    assert leader.ready().wake_at == 11 + 4 * MS and leader.hurried == 1
-    leader.tick(11 + 4 * MS)
+    leader.hurry(2 * MS)  # the shorter delay's next tick after 11: 4 ms
+    assert leader.ready().wake_at == 4 * MS and leader.hurried == 1
+    leader.tick(4 * MS)
     [(_, accept), _] = accepts(leader.ready().messages)
     assert accept.entry.records == (["b"],)
     leader.append(5 * MS, ["c"], 3)  # the next batch: the ordinary delay again
-    assert leader.ready().wake_at == 11 + 14 * MS
-    leader.hurry(13 * MS)  # late: the shorter delay is past, so at the end of the step
+    assert leader.ready().wake_at == 14 * MS
+    leader.hurry(13 * MS)  # late: the shorter delay's tick (8 ms) is past: the step's end
     assert leader.ready().wake_at == 13 * MS + 1
 
 

@@ -16,8 +16,9 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   that opened it on a stream quiet for that long (later if the window is full: see
   ``_pump``). So a busy stream sends an entry every ``batch_delay_ns`` and a quiet one
   does not make its first record wait for it. When a client waits for the commit of a
-  record in the open batch (``hurry``), the batch closes ``batch_delay_awaited_ns`` after
-  the previous one instead, if that is sooner. Entries wait in a queue and take the next slot when fewer than
+  record in the open batch (``hurry``), the batch closes at the first multiple of
+  ``batch_delay_awaited_ns`` after the previous close instead, if that is sooner: every
+  stream on the same clock closes its hurried batches at the same instants. Entries wait in a queue and take the next slot when fewer than
   ``slots_in_flight_max`` slots are proposed and not yet chosen. A slot is **chosen** when
   a majority of regions accepted it; chosen slots are reported in slot order through
   ``ready().chosen``. An Accept a region has not acknowledged is sent again every
@@ -246,11 +247,18 @@ class StreamLeader:
 
     def hurry(self, now_ns: int) -> None:
         """A client waits for a record appended so far (not one that went on at
-        certification): the open batch closes ``batch_delay_awaited_ns`` after the previous
-        one closed, if that is sooner than its own deadline."""
+        certification): the open batch closes at the first multiple of
+        ``batch_delay_awaited_ns`` after the previous one closed (at once if that is past),
+        if that is sooner than its own deadline. On the multiples, so that every stream
+        whose leader reads the same clock closes its hurried batches at the same instants:
+        a transaction of two shards commits once its entries on both streams are chosen,
+        and with independent rhythms it waited for the later of its two batches. (Batches
+        closed by ``batch_delay_ns`` keep their own rhythm: aligned, the streams' entries
+        went out in bursts, and the throughput of clients going on at certification fell
+        by 3% in ten alternating pairs on geo3.)"""
         if self._batch_close_at is None:
             return  # no open batch: every record appended is in a closed one already
-        soon = max(now_ns + 1, self._batch_closed_at + self.settings.batch_delay_awaited_ns)
+        soon = max(now_ns + 1, _tick_after(self._batch_closed_at, self.settings.batch_delay_awaited_ns))
         if soon < self._batch_close_at:
             self._batch_close_at = soon
             self.hurried += 1
@@ -646,3 +654,12 @@ class StreamLeader:
             if self._announce_at is not None:
                 candidates.append(self._announce_at)
         return min(candidates, default=None)
+
+
+def _tick_after(instant_ns: int, period_ns: int) -> int:
+    """The first multiple of ``period_ns`` after ``instant_ns`` (the instant after it for a
+    period of 0): the instants a hurried stream's batches close at, the same on every stream
+    whose leader reads the same clock."""
+    if period_ns <= 0:
+        return instant_ns + 1
+    return (instant_ns // period_ns + 1) * period_ns
