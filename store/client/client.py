@@ -445,13 +445,18 @@ class Client:
             future.set_exception(exc)
             return
         if not isinstance(effect, AwaitOutcome):
-            task = asyncio.get_running_loop().create_task(self._drive(steps, effect))
-            self._await_tasks.add(task)  # held until done (the loop keeps weak references)
-            task.add_done_callback(self._await_tasks.discard)
+            task = self._keep(asyncio.get_running_loop().create_task(self._drive(steps, effect)))
             task.add_done_callback(partial(_settle, future))
             future.add_done_callback(lambda f: task.cancel() if f.cancelled() else None)
             return
         _CommitWait(self, steps, future, effect)
+
+    def _keep(self, task: asyncio.Task[T]) -> asyncio.Task[T]:
+        """Holds a task of the client's own until it is done (the loop keeps only weak
+        references to tasks)."""
+        self._await_tasks.add(task)
+        task.add_done_callback(self._await_tasks.discard)
+        return task
 
     async def _drive(self, steps: Steps[T], first: Any = None) -> T:
         """Carries out a protocol generator's effects until it returns or raises;
@@ -503,9 +508,7 @@ class Client:
         watch = self.protocol.watch
         payload = watch.wait(effect.address, effect.seq, then)
         if payload is not None:
-            task = loop.create_task(self._ask(effect.address, payload))
-            self._await_tasks.add(task)  # held until done (the loop keeps weak references)
-            task.add_done_callback(self._await_tasks.discard)
+            self._keep(loop.create_task(self._ask(effect.address, payload)))
         timer = loop.call_later(effect.timeout_s, then, None)
         try:
             return await future
@@ -633,9 +636,7 @@ class _CommitWait:
         self.timer: asyncio.TimerHandle | None = loop.call_later(effect.timeout_s, self.then, None)
         payload = client.protocol.watch.wait(self.address, self.seq, self.then)
         if payload is not None:
-            ask = loop.create_task(client._ask(self.address, payload))
-            client._await_tasks.add(ask)  # held until done (the loop keeps weak references)
-            ask.add_done_callback(client._await_tasks.discard)
+            client._keep(loop.create_task(client._ask(self.address, payload)))
 
     def then(self, outcome: Outcome | None) -> None:
         timer = self.timer
