@@ -136,8 +136,10 @@ class StreamSettings:
     # (2026-12-05).
     batch_delay_ns: int = 20 * MS
     # While a client waits for the COMMITTED answer of a transaction this leader coordinates
-    # (not one that went on at certification), the open batch closes this long after the
-    # previous one closed instead (StreamLeader.hurry): its commit waits for the batch. On
+    # (not one that went on at certification), the open batch closes at the first multiple
+    # of this after the previous one closed instead (StreamLeader.hurry): its commit waits
+    # for the batch, and the multiples make every leader on the same clock close such
+    # batches together (+2.5% committed throughput on geo3, 2026-12-05). On
     # geo3 at 50 ms with every client waiting for commit: +0.5 to +4% committed throughput
     # (RMW mean -1 to -2.5 ms) in three alternating pairs, -1.5 and -1.9% in two pairs in a
     # slow spell of the machine (the batch wait saved went to CPU queueing); every batch at
