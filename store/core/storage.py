@@ -326,37 +326,24 @@ class VersionedStore:
             if not chain:
                 continue
             newest = chain[-1]
+            keep_from: int | None
             if len(chain) == 2 and newest.state == CERTIFIED and chain[0].state == CERTIFIED:
-                # The usual case: one version over the durable one it replaced.
-                if not newest.vc.le_watermark(watermark):
-                    still_dirty.append(key)
-                    misses += 1
-                    if misses == GC_MISSES_MAX:
-                        break
-                    continue
-                misses = 0
-                if newest.deleted and key not in locks:
-                    dropped += 2
-                    del chains[key]
-                    self._tables[table_of(key)].discard(key)
-                    continue
-                dropped += 1
-                del chain[0]
-                if newest.deleted:
-                    still_dirty.append(key)  # a tombstone kept for its lock's holder
-                continue
-            keep_from = None
-            for index in range(len(chain) - 1, -1, -1):
-                version = chain[index]
-                if version.state == CERTIFIED and version.vc.le_watermark(watermark):
-                    keep_from = index
-                    break
-            if keep_from is None:  # no durable version: only rolled-back ones can go
-                kept = [v for v in chain if v.state != ROLLED_BACK]
+                # The usual case, without a search: one version over the one it
+                # replaced, which goes once the newer one is durable.
+                keep_from, kept = (1, [newest]) if newest.vc.le_watermark(watermark) else (None, chain)
             else:
-                kept = [chain[keep_from]] + [
-                    v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
-                ]
+                keep_from = None
+                for index in range(len(chain) - 1, -1, -1):
+                    version = chain[index]
+                    if version.state == CERTIFIED and version.vc.le_watermark(watermark):
+                        keep_from = index
+                        break
+                if keep_from is None:  # no durable version: only rolled-back ones can go
+                    kept = [v for v in chain if v.state != ROLLED_BACK]
+                else:
+                    kept = [chain[keep_from]] + [
+                        v for v in chain[keep_from + 1 :] if v.state != ROLLED_BACK
+                    ]
             if key not in locks and (
                 not kept or (keep_from is not None and len(kept) == 1 and kept[0].deleted)
             ):
