@@ -18,8 +18,9 @@ Theory of operation ("Paxos Made Simple" §3, "Implementing a State Machine"):
   does not make its first record wait for it. When a client waits for the commit of a
   record in the open batch (``hurry``), the batch closes at the first multiple of
   ``batch_delay_awaited_ns`` after the previous close instead, if that is sooner: every
-  stream on the same clock closes its hurried batches at the same instants. Entries wait in a queue and take the next slot when fewer than
-  ``slots_in_flight_max`` slots are proposed and not yet chosen. A slot is **chosen** when
+  stream on the same clock closes its hurried batches at the same instants. Entries wait
+  in a queue and take the next slot when fewer than ``slots_in_flight_max`` slots are
+  proposed and not yet chosen. A slot is **chosen** when
   a majority of regions accepted it; chosen slots are reported in slot order through
   ``ready().chosen``. An Accept a region has not acknowledged is sent again every
   ``accept_retry_ns``.
