@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
+import grpc  # GRPC_EXPERIMENTS is set before, by store/node/__init__.py
 import grpc.aio
 
 from store.core.errors import InvalidRequest
