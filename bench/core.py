@@ -15,7 +15,9 @@ messages between leaders) encoded and decoded by the wire codec as the servers a
 simulator do (``mix_codec_txn_per_s``).
 ``python_calls_per_rmw_txn`` is the number of Python function calls (``cProfile``) one
 single-shard 4-key read-modify-write transaction costs, from submission to the COMMITTED
-outcome, without the codec; ``python_calls_per_mix_txn`` the same over the mix. A plain-dict
+outcome, without the codec; ``python_calls_per_mix_txn`` the same over the mix. Both are
+counted on the core's source (a child process with MERIDIAN_PURE_PYTHON=1 when the core
+runs compiled, ``compiled_core``: cProfile sees a compiled function as one call). A plain-dict
 baseline applies the same reads and writes in the same run, for scale.
 
 Not measured: the RPC core, sockets, processes, the SDK, replication.
@@ -29,8 +31,10 @@ import argparse
 import cProfile
 import gc
 import json
+import os
 import pstats
 import random
+import subprocess
 import sys
 import time
 from collections import deque
@@ -43,8 +47,13 @@ import store
 from store.core.errors import Status
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.node import server as server_module
+
+try:
+    from store.core.oplist import OPS_PROCEDURE
+except ImportError:  # pragma: no cover - the code before the compiled core
+    from store.core.txn import OPS_PROCEDURE  # type: ignore[attr-defined, no-redef, unused-ignore]
 
 # The protocol module (issue 12); before it, the codec and messages lived in the core. The
 # test is on the files of the ``store`` imported, since an editable install of a newer
@@ -240,6 +249,36 @@ def run_baseline(shards: int, txns: list[Txn]) -> float:
     return len(txns) / (time.perf_counter() - started)
 
 
+def core_compiled() -> bool:
+    """Whether the core runs compiled here (docs/performance.md; False for code before it)."""
+    import store.core
+
+    return bool(getattr(store.core, "compiled", lambda: False)())
+
+
+def call_counts(
+    transactions: int, shards: int, keys_per_shard: int = KEYS_PER_SHARD, seed: int = 1
+) -> tuple[float, float]:
+    """Python function calls per single-shard read-modify-write and per mix transaction.
+    cProfile sees a compiled function as one call, so with the compiled core they are
+    counted in a child process that runs the core's source (MERIDIAN_PURE_PYTHON=1)."""
+    if core_compiled():
+        child = subprocess.run(
+            [sys.executable, __file__, "--calls-only", "--transactions", str(transactions),
+             "--shards", str(shards), "--keys-per-shard", str(keys_per_shard)],
+            env={**os.environ, "MERIDIAN_PURE_PYTHON": "1"}, capture_output=True, text=True,
+            check=True,
+        )
+        rmw_calls, mix_calls = json.loads(child.stdout)
+        return rmw_calls, mix_calls
+    rng = random.Random(seed)
+    keys = make_keys(Partitioner(shards), shards, keys_per_shard)
+    mix = make_mix(rng, keys, transactions)
+    profiled = min(transactions, 5_000)
+    rmw = make_mix(rng, keys, profiled, remote=0.0, read_only_fraction=0.0)
+    return calls_per_txn(shards, keys, rmw), calls_per_txn(shards, keys, mix[:profiled])
+
+
 def measure(transactions: int, shards: int, keys_per_shard: int = KEYS_PER_SHARD, seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     keys = make_keys(Partitioner(shards), shards, keys_per_shard)
@@ -247,9 +286,9 @@ def measure(transactions: int, shards: int, keys_per_shard: int = KEYS_PER_SHARD
     plain = run_mix(shards, keys, mix, encode=False)
     encoded = run_mix(shards, keys, mix, encode=True)
     baseline = run_baseline(shards, mix)
-    profiled = min(transactions, 5_000)
-    rmw = make_mix(rng, keys, profiled, remote=0.0, read_only_fraction=0.0)
+    rmw_calls, mix_calls = call_counts(transactions, shards, keys_per_shard, seed)
     return {
+        "compiled_core": core_compiled(),
         "transactions": transactions,
         "shards": shards,
         "in_flight": WINDOW,
@@ -260,8 +299,8 @@ def measure(transactions: int, shards: int, keys_per_shard: int = KEYS_PER_SHARD
         "mix_codec_txn_per_s": round(encoded["txn_per_s"]),
         "codec_cost": round(1 - encoded["txn_per_s"] / plain["txn_per_s"], 3),
         "submits_per_txn": plain["submits_per_txn"],
-        "python_calls_per_rmw_txn": round(calls_per_txn(shards, keys, rmw), 1),
-        "python_calls_per_mix_txn": round(calls_per_txn(shards, keys, mix[:profiled]), 1),
+        "python_calls_per_rmw_txn": round(rmw_calls, 1),
+        "python_calls_per_mix_txn": round(mix_calls, 1),
         "dict_baseline_txn_per_s": round(baseline),
         "ratio_to_dict": round(plain["txn_per_s"] / baseline, 5),
     }
@@ -273,13 +312,18 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--keys-per-shard", type=int, default=KEYS_PER_SHARD)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--calls-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.calls_only:  # the child of call_counts
+        print(json.dumps(call_counts(args.transactions, args.shards, args.keys_per_shard)))
+        return
     result = measure(args.transactions, args.shards, args.keys_per_shard)
     if args.json:
         print(json.dumps(result))
         return
+    build = "compiled" if result["compiled_core"] else "run from source"
     print(
-        f"pure core, {args.shards} shards, {args.transactions} transactions of the micro mix "
+        f"pure core ({build}), {args.shards} shards, {args.transactions} transactions of the micro mix "
         f"(50% read-only, 50% 4-key read-modify-write, 5% remote accesses), {WINDOW} in flight"
     )
     print(

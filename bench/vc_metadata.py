@@ -102,9 +102,10 @@ from store.client.protocol import ClientSettings
 from store.config import MERIDIAN_RPC_SETTINGS
 from store.core.coordinator import Certification
 from store.core.errors import InvalidRequest
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner, WorkerPartitioner
 from store.core.settings import DEFAULT_SETTINGS
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.proto import replication_pb2 as pb
 from store.protocol import codec

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from jepsen.history import Op
 from store.core.errors import MeridianError, OutcomeUnknown
-from store.core.txn import OPS_PROCEDURE
+from store.core.oplist import OPS_PROCEDURE
 
 if TYPE_CHECKING:  # the harness imports this before it may open sockets
     from store.client import Client

@@ -11,11 +11,13 @@ fails when the file differs from it or a field has no documentation.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-import inspect
 import io
 import re
+import sys
 import tokenize
+from pathlib import Path
 from typing import Any
 
 from store import config as config_module
@@ -30,9 +32,25 @@ class MissingDocumentation(Exception):
     """A settings field without a comment or docstring entry."""
 
 
+def _class_source(cls: type) -> str:
+    """The source of ``cls``, from its module's ``.py`` file: ``inspect.getsource`` has
+    none for a class of the compiled core (docs/performance.md)."""
+    path = Path(sys.modules[cls.__module__].__file__ or "")
+    if path.suffix != ".py":  # the compiled core's extension module: its source beside it
+        root = Path(sys.modules["store"].__file__ or "").parent.parent
+        path = root.joinpath(*cls.__module__.split(".")).with_suffix(".py")
+    text = path.read_text()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            assert node.end_lineno is not None
+            return "\n".join(text.splitlines()[first - 1 : node.end_lineno]) + "\n"
+    raise LookupError(f"no class {cls.__name__} in {path}")
+
+
 def comment_docs(cls: type) -> dict[str, str]:
     """Field -> its comment, from the class's source (see the module doc)."""
-    source = inspect.getsource(cls)
+    source = _class_source(cls)
     comments: dict[int, str] = {}  # line -> text of a comment alone on its line / trailing
     trailing: dict[int, str] = {}
     lines = source.splitlines()

@@ -267,7 +267,7 @@ def _with_progress(items: Iterable[Any], total: int, progress: bool, what: str) 
 def load_batches(rows: dict[Key, Any]) -> list[list[list[Any]]]:
     """Splits one shard's rows into ``tpcc_load`` argument lists within the batch limits,
     in key order."""
-    from store.core.txn import value_size
+    from store.core.oplist import value_size
 
     batches: list[list[list[Any]]] = []
     batch: list[list[Any]] = []

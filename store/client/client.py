@@ -57,9 +57,9 @@ from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
 from store.core.keys import Element, Key, from_stored, to_stored, tuple_of
 from store.core.keys import prefix_range as _prefix_range
+from store.core.oplist import OP_ARITY, OPS_PROCEDURE, OpList
 from store.core.partition import Partitioner, clock_marks, table_end
 from store.core.settings import DEFAULT_SETTINGS
-from store.core.txn import OP_ARITY, OPS_PROCEDURE, OpList
 from store.core.vclock import VectorClock
 from store.protocol.messages import Outcome, SnapshotRead
 from store.rpc import (

@@ -49,10 +49,11 @@ from store.core.execution import (
     Transaction,
 )
 from store.core.metrics import ABORT_CAUSES, LatencyHistogram, abort_cause
+from store.core.oplist import OPS_PROCEDURE, OpList
 from store.core.participant import Participant
 from store.core.partition import Partitioner
 from store.core.settings import Settings
-from store.core.txn import OPS_PROCEDURE, OpList, Procedures, Tx
+from store.core.txn import Procedures, Tx
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, VectorWatermark
 from store.protocol.messages import (
@@ -219,11 +220,11 @@ class Coordinator(Execution):
             txn.submitted_at = now_ns
             try:
                 txn.coro = self.procedures.start(submit.procedure, tx, submit.args, self.settings)
-            except UnknownProcedure as exc:
-                self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(exc))
+            except UnknownProcedure as unknown:
+                self._finish_client(txn, Status.UNKNOWN_PROCEDURE, None, str(unknown))
                 return
-            except InvalidRequest as exc:
-                self._finish_client(txn, Status.INVALID, None, str(exc))
+            except InvalidRequest as invalid:
+                self._finish_client(txn, Status.INVALID, None, str(invalid))
                 return
         self._txns[txn_id] = txn
         self._by_client[key] = txn_id

@@ -12,14 +12,15 @@ over.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from store.core.errors import InvalidRequest, Status
+from store.core.oplist import OpList, ReadBatch
 from store.core.participant import Participant
 from store.core.partition import Partitioner
 from store.core.settings import Settings
-from store.core.txn import OpList, ReadBatch, Tx, UserAbort
+from store.core.txn import Tx, UserAbort
 from store.core.vclock import EMPTY
 from store.protocol.messages import (
     Message,
@@ -139,10 +140,18 @@ class Execution:
     counters: dict[str, int]
     _txns: dict[int, Transaction]
     _pending: dict[tuple[int, int], list[Any]]
-    _request: Callable[[int, int, int, Message], None]
-    _executed: Callable[[int, Transaction, Any], None]
-    _finish_client: Callable[[Transaction, Status, Any, str], None]
-    _count_abort: Callable[[str], None]
+
+    def _request(self, now_ns: int, txn_id: int, shard: int, message: Message) -> None:
+        raise NotImplementedError  # Coordinator's
+
+    def _executed(self, now_ns: int, txn: Transaction, result: Any) -> None:
+        raise NotImplementedError  # Coordinator's
+
+    def _finish_client(self, txn: Transaction, status: Status, result: Any, detail: str) -> None:
+        raise NotImplementedError  # Coordinator's
+
+    def _count_abort(self, detail: str) -> None:
+        raise NotImplementedError  # Coordinator's
 
     def _drive(self, now_ns: int, txn: Transaction, value: Any) -> None:
         """Runs ``txn`` until it waits for remote reads or ends; ``value``: the answer to
@@ -172,9 +181,9 @@ class Execution:
             except InvalidRequest as exc:
                 self._end_before_certify(txn, Status.INVALID, str(exc))
                 return
-            except Exception as exc:  # the procedure's own bug: report, change nothing
+            except Exception as bug:  # the procedure's own bug: report, change nothing
                 self._end_before_certify(
-                    txn, Status.PROCEDURE_FAILED, f"{type(exc).__name__}: {exc}"
+                    txn, Status.PROCEDURE_FAILED, f"{type(bug).__name__}: {bug}"
                 )
                 return
             if not isinstance(request, ReadBatch):

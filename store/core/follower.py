@@ -81,9 +81,12 @@ from store.protocol.messages import (
     StateRequest,
 )
 
+# What a follower answers once it serves (none while it rejoins).
+_ANSWERS: tuple[type[Message], ...] = (SnapshotRead, StateRequest)
+
 
 class ShardFollower:
-    ANSWERS: tuple[type[Message], ...] = (SnapshotRead, StateRequest)
+    ANSWERS: tuple[type[Message], ...] = _ANSWERS
     ONE_WAY: tuple[type[Message], ...] = (ConfigReply,)
     REPLIES: tuple[type[Message], ...] = (StatePiece,)
 
@@ -578,7 +581,7 @@ class ShardFollower:
         self._transfer_deadline = None
         self._transfer = StateDecoder()
         self._votes_from = None
-        del self.ANSWERS  # back to the class's: snapshot reads and state requests
+        self.ANSWERS = _ANSWERS  # snapshot reads and state requests again
         if self._probe is not None:
             self._probe.watermark(self.address, dict(self.vw.items()))
         self._apply_fvws()

@@ -45,8 +45,10 @@ def is_packed(key: str) -> bool:
     return key < PACKED_BELOW
 
 
-def pack(key: tuple[Element, ...]) -> str:
-    """The stored form of a tuple key (see the module doc)."""
+def pack(key: tuple[object, ...]) -> str:
+    """The stored form of a tuple key (see the module doc). Its elements are checked here
+    (InvalidRequest), so they are typed ``object``: the compiled build would refuse a wrong
+    one with a TypeError before the check."""
     if type(key) is not tuple:
         raise InvalidRequest(f"a typed key is a tuple, got {type(key).__name__}")
     if not key:

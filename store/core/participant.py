@@ -54,10 +54,10 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 from typing import Any, Literal
 
+from store.core.oplist import OpList
 from store.core.partition import table_of
 from store.core.settings import Settings
 from store.core.storage import CERTIFIED, HIDDEN, Version, VersionedStore
-from store.core.txn import OpList
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, ShardWatermark
 from store.protocol.messages import (

@@ -13,10 +13,11 @@ from typing import Any
 
 from store.client.protocol import ClientSettings, PendingTxn, Steps
 from store.core.errors import MeridianError
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner
 from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, Settings
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.protocol.messages import Outcome, Submit
 from store.sim.client import SdkProcess
 from store.sim.cluster import REGIONS, SimCluster

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from store.core.txn import OPS_PROCEDURE, Procedures, Tx
+from store.core.oplist import OPS_PROCEDURE
+from store.core.txn import Procedures, Tx
 
 
 @dataclass

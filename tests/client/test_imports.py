@@ -32,6 +32,11 @@ SERVER_MODULES = (
 # The small pure value modules of the core that the protocol may use.
 CORE_FOR_PROTOCOL = {
     "store.core",
+    # The compiled build (docs/performance.md): which build runs, and the one shared library
+    # that holds every compiled core module's code; a module of it is set up only when it is
+    # imported, so loading it runs none of the replica's, the follower's or Paxos' code.
+    "store.corebuild",
+    "store.core._compiled__mypyc",
     "store.core.vclock",
     "store.core.errors",
     "store.core.settings",

@@ -74,6 +74,7 @@ def test_servers_exit_when_up_is_killed(tmp_path: Path) -> None:
     assert [pid for pid in pids if pid_alive(pid)] == []
 
 
+@pytest.mark.patches_core
 def test_a_broken_invariant_stops_the_server_and_up_reports_it(tmp_path: Path) -> None:
     """Fail fast (TigerBeetle): an assertion inside a replica ends its process with status 70
     and the assertion in its log; ``meridian up`` sees it, says which process and why, stops

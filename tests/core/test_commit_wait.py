@@ -12,11 +12,12 @@ from collections.abc import Callable
 import pytest
 
 from store.core.errors import Status
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner
 from store.core.paxos import Accept, Acceptor, PaxosMessage, StreamSettings
 from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, MS
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.protocol.messages import Outcome, Submit
 
 FOLLOWERS = ["eu", "ap"]

@@ -12,11 +12,12 @@ read-only transaction from its stale state after a new leader had committed a ne
 from __future__ import annotations
 
 from store.core.errors import Status
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner
 from store.core.paxos import Acceptor, PaxosMessage
 from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS, MS
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.protocol.messages import READ_REFUSED, Outcome, ReadReply, ReadRequest, Submit
 
 LEASE = DEFAULT_SETTINGS.leader_lease_ns

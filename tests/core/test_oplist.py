@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from store.core.errors import InvalidRequest
+from store.core.oplist import OpList
 from store.core.settings import DEFAULT_SETTINGS
-from store.core.txn import OpList
 
 KEY_MAX = DEFAULT_SETTINGS.key_bytes_max
 

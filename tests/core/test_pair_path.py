@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from store.core.errors import Status
 from store.core.participant import PREPARED, REFUSED
 from store.core.vclock import VectorClock
@@ -44,6 +46,7 @@ def count_messages(cluster: LocalCluster, shard: int) -> Counter[str]:
     return seen
 
 
+@pytest.mark.patches_core
 def test_a_two_shard_read_modify_write_takes_one_prepare_and_one_install() -> None:
     cluster = LocalCluster(shards=2)
     keys = keys_by_shard(cluster)
@@ -59,6 +62,7 @@ def test_a_two_shard_read_modify_write_takes_one_prepare_and_one_install() -> No
     assert coordinator.counters["committed"] >= 1 and coordinator.counters["aborted"] == 0
 
 
+@pytest.mark.patches_core
 def test_a_two_shard_read_only_list_takes_one_prepare_and_stamps_what_it_read() -> None:
     """The other shard knows the reader's whole clock when it prepares (the coordinator
     sends its part), so it stamps the key read there at once: a later writer of that key
@@ -158,6 +162,7 @@ def skewed_runs(validate: bool) -> int:
     return skewed
 
 
+@pytest.mark.patches_core
 def test_a_compare_and_set_takes_the_general_path() -> None:
     cluster = LocalCluster(shards=2)
     keys = keys_by_shard(cluster)
@@ -168,6 +173,7 @@ def test_a_compare_and_set_takes_the_general_path() -> None:
     assert not seen["PrepareRequest"] and seen["LockRequest"] == 1
 
 
+@pytest.mark.patches_core
 def test_a_three_shard_read_modify_write_takes_one_prepare_per_shard_and_no_validation() -> None:
     """Every key read elsewhere is locked there before it is read: the locks keep those
     versions until the install, so no second round is needed."""
@@ -183,6 +189,7 @@ def test_a_three_shard_read_modify_write_takes_one_prepare_per_shard_and_no_vali
     assert all(cluster.replica(s).store.locked_count() == 0 for s in range(3))
 
 
+@pytest.mark.patches_core
 def test_keys_only_read_at_two_other_shards_are_validated_and_stamped_in_a_second_round() -> None:
     """Each other shard read its key before every lock of the transaction was held and knew
     only a part of its clock: each validates it again, and stamps the whole clock on it
@@ -202,6 +209,7 @@ def test_keys_only_read_at_two_other_shards_are_validated_and_stamped_in_a_secon
     cluster.replica(1).participant.abort(818181)
 
 
+@pytest.mark.patches_core
 def test_a_key_only_read_elsewhere_that_changes_before_the_second_round_aborts() -> None:
     cluster = LocalCluster(shards=3)
     keys = keys_by_shard(cluster)

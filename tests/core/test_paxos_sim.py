@@ -314,6 +314,7 @@ def run_seed(seed: int) -> dict[str, int]:
         ) from error
 
 
+@pytest.mark.patches_core
 def test_stream_is_safe_and_live_over_many_seeds() -> None:
     totals: Counter[str] = Counter()
     full_batches = 0
@@ -330,6 +331,7 @@ def test_stream_is_safe_and_live_over_many_seeds() -> None:
         assert totals["noops"] > 0, "no seed exercised no-op filling"
 
 
+@pytest.mark.patches_core
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_seed_replays_exactly(seed: int) -> None:
     assert run_seed(seed) == run_seed(seed)

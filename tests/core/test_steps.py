@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner, WorkerPartitioner
 from store.core.paxos import Acceptor, PaxosMessage
 from store.core.paxos.messages import Accept
 from store.core.replica import ShardLeader
 from store.core.settings import DEFAULT_SETTINGS
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.core.watermark import LocalCounter
 from store.protocol.messages import Gossip, Message, Submit, ValidateReply
 from store.sim.local import LocalCluster
@@ -68,6 +71,7 @@ def test_ready_ends_the_step_what_it_produced_is_in_that_ready() -> None:
     assert leader.joined_messages == 1
 
 
+@pytest.mark.patches_core
 def test_the_host_hands_a_received_batch_to_the_leader_at_one_instant() -> None:
     """On a real clock time moves between the messages of a batch; the host reads it once
     per batch, so a step is one instant there as in the simulator."""

@@ -14,11 +14,12 @@ import pytest
 
 from store.core import paxos
 from store.core.errors import InvalidRequest
+from store.core.oplist import OpList
 from store.core.paxos import Accept, Ballot, Entry, EntryKind
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.storage import VersionedStore
 from store.core.transfer import decode_state, encode_state, version_chains
-from store.core.txn import OpList, Procedures, Tx
+from store.core.txn import Procedures, Tx
 from store.core.vclock import VectorClock
 from store.proto.convert import parse_batch, to_batch
 from store.protocol import codec

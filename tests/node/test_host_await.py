@@ -9,10 +9,11 @@ from typing import Any
 
 from store.core.errors import Status
 from store.core.follower import ShardFollower
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner
 from store.core.paxos import Acceptor, PaxosMessage
 from store.core.replica import ShardLeader
-from store.core.txn import OPS_PROCEDURE, Procedures
+from store.core.txn import Procedures
 from store.node.host import ReplicaHost
 from store.protocol import codec
 from store.protocol.messages import AwaitOutcomes, Message, Outcome, Outcomes, Submit

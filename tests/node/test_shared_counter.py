@@ -224,6 +224,7 @@ def test_no_reader_sees_an_idle_claim_cover_a_value_its_worker_holds(tmp_path: P
     assert [_race(tmp_path / str(attempt)) for attempt in range(3)] == [0, 0, 0]
 
 
+@pytest.mark.patches_core
 def test_drawing_before_replacing_the_idle_marker_is_seen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

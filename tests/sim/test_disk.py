@@ -72,6 +72,7 @@ def test_a_leader_that_counts_its_own_vote_before_its_disk_is_caught() -> None:
     caught(options, [4, 5, 22], {"committed-before-durable"})
 
 
+@pytest.mark.patches_core
 def test_a_follower_cut_off_longer_than_its_leader_keeps_copies_state_and_catches_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -116,6 +117,7 @@ def test_a_whole_cluster_restart_on_lying_disks_loses_committed_transactions() -
     assert "lost-committed" in broken["seeds_with_anomalies"], broken["seeds_with_anomalies"]
 
 
+@pytest.mark.patches_core
 def test_a_replica_that_led_after_its_snapshot_must_not_restore_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

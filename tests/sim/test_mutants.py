@@ -61,12 +61,14 @@ def _kinds(options: SimOptions, seeds: int) -> dict[str, int]:
     return kinds
 
 
+@pytest.mark.patches_core
 def test_without_the_phantom_check_scans_see_anomalies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(VersionedStore, "scan_vids", lambda self, lo, hi, limit: _EqualToAnything())
     kinds = _kinds(SimOptions(loss=0.05), 10)
     assert {"G2-item", "G-single", "dependency-closure"} & set(kinds), kinds
 
 
+@pytest.mark.patches_core
 def test_without_the_lock_check_of_a_cut_short_scans_last_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -82,6 +84,7 @@ def test_without_the_lock_check_of_a_cut_short_scans_last_key(
     assert {"G2-item", "G-single", "dependency-uncovered"} & set(kinds), kinds
 
 
+@pytest.mark.patches_core
 def test_a_replicated_tables_writes_on_one_shard_only_are_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -96,6 +99,7 @@ def test_a_replicated_tables_writes_on_one_shard_only_are_caught(
 REVERSE = SimOptions(loss=0.05, regions=3, shards=3, scan_fraction=0.4, reverse_fraction=0.5)
 
 
+@pytest.mark.patches_core
 def test_a_reverse_scan_cut_short_covers_its_range_from_its_last_key_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -115,6 +119,7 @@ def test_a_reverse_scan_cut_short_covers_its_range_from_its_last_key_up(
     caught(REVERSE, [36], {"G2-item", "G-single", "dependency-uncovered"})
 
 
+@pytest.mark.patches_core
 def test_a_scan_that_reads_past_a_tombstone_is_caught_by_the_clears_in_the_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -143,6 +148,7 @@ def test_a_scan_that_reads_past_a_tombstone_is_caught_by_the_clears_in_the_histo
     assert "G-single-realtime" in summary["seeds_with_anomalies"], summary["seeds_with_anomalies"]
 
 
+@pytest.mark.patches_core
 def test_a_follower_that_drops_the_deletes_it_replays_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -164,6 +170,7 @@ def test_a_follower_that_drops_the_deletes_it_replays_is_caught(
     assert {"follower-diverged", "snapshot-mismatch"} <= kinds, kinds
 
 
+@pytest.mark.patches_core
 def test_without_the_read_stamps_of_single_shard_transactions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -185,6 +192,7 @@ def test_without_the_read_stamps_of_single_shard_transactions(
     caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"dependency-uncovered"})
 
 
+@pytest.mark.patches_core
 def test_without_the_read_stamps_of_the_pair_paths_prepare(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -202,6 +210,7 @@ def test_without_the_read_stamps_of_the_pair_paths_prepare(
     assert {"dependency-uncovered", "dependency-closure"} & set(kinds), kinds
 
 
+@pytest.mark.patches_core
 def test_without_the_second_round_of_the_prepared_path_on_three_shards(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -214,6 +223,7 @@ def test_without_the_second_round_of_the_prepared_path_on_three_shards(
     caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"dependency-uncovered"})
 
 
+@pytest.mark.patches_core
 def test_prepared_items_of_keys_only_read_sent_without_their_clocks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -229,6 +239,7 @@ def test_prepared_items_of_keys_only_read_sent_without_their_clocks(
     caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"dependency-uncovered"})
 
 
+@pytest.mark.patches_core
 def test_answers_without_the_dependencies_of_their_locks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Participants answer with the entries of their locks' dependencies they do not know
     durable; with none at all, a writer's clock misses what it overwrote."""
@@ -249,6 +260,7 @@ def test_answers_without_the_dependencies_of_their_locks(monkeypatch: pytest.Mon
     caught(SimOptions(loss=0.05), [0], {"dependency-uncovered", "invariant-broken"})
 
 
+@pytest.mark.patches_core
 def test_items_read_for_another_shard_without_their_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
     read = Participant.read
 
@@ -262,6 +274,7 @@ def test_items_read_for_another_shard_without_their_clocks(monkeypatch: pytest.M
     caught(SimOptions(loss=0.05), [1], {"dependency-uncovered", "vc-dominance"})
 
 
+@pytest.mark.patches_core
 def test_a_follower_showing_versions_above_its_watermark(monkeypatch: pytest.MonkeyPatch) -> None:
     snapshot = ShardFollower.snapshot
 
@@ -278,6 +291,7 @@ def test_a_follower_showing_versions_above_its_watermark(monkeypatch: pytest.Mon
     assert "snapshot-mismatch" in kinds, kinds
 
 
+@pytest.mark.patches_core
 def test_a_coordinator_that_gives_up_the_installs_of_a_decided_transaction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

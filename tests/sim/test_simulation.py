@@ -190,6 +190,7 @@ def test_a_failing_seed_replays_byte_for_byte_from_its_printed_command(tmp_path)
     assert (again / seed / "history.edn").read_bytes() == original
 
 
+@pytest.mark.patches_core
 def test_the_durability_oracle_catches_a_premature_commit(monkeypatch) -> None:
     from store.core.replica import ShardLeader
 
@@ -199,6 +200,7 @@ def test_the_durability_oracle_catches_a_premature_commit(monkeypatch) -> None:
     assert "committed-before-durable" in summary["anomaly_kinds"]
 
 
+@pytest.mark.patches_core
 def test_a_broken_invariant_stops_the_simulated_server(monkeypatch) -> None:
     """As in production (store/node/host.py): an exception out of a replica stops its
     server — it serves nothing more — and the run reports the assertion."""
@@ -213,6 +215,7 @@ def test_a_broken_invariant_stops_the_simulated_server(monkeypatch) -> None:
     assert "an invariant broken on purpose" in str(result.details["invariant-broken"])
 
 
+@pytest.mark.patches_core
 def test_a_peer_request_left_unanswered_breaks_the_reply_rule(monkeypatch) -> None:
     """Replicas answer a peer request inside the handle call that received it (the reply
     travels as the RPC response); the host checks it and stops on a request left over."""
@@ -224,6 +227,7 @@ def test_a_peer_request_left_unanswered_breaks_the_reply_rule(monkeypatch) -> No
     assert "got no reply within its handle call" in str(result.details["invariant-broken"])
 
 
+@pytest.mark.patches_core
 def test_locks_that_expire_before_the_vote_abort_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a 5 ms lock timeout participants abort on their own all the time; a validation
     (vote) that arrives after such an abort must fail, or the coordinator decides to commit

@@ -89,6 +89,7 @@ def test_three_workers_per_shard_in_one_region() -> None:
     assert summary["cross_shard_fraction"] > 0.3  # transactions span workers of a shard
 
 
+@pytest.mark.patches_core
 def test_the_largest_claim_as_the_shards_entry_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     learn = VectorWatermark.learn
 
@@ -106,6 +107,7 @@ def test_the_largest_claim_as_the_shards_entry_is_caught(monkeypatch: pytest.Mon
     caught(FAULTS, [1, 0], {"committed-before-durable", "lost-committed"})
 
 
+@pytest.mark.patches_core
 def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     def uncapped(self: ShardWatermark) -> int:
         drawn, unsettled = self._drawn, self._unsettled
@@ -122,6 +124,7 @@ def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.Monk
     caught(FAULTS, [2], {"invariant-broken", "committed-before-durable", "lost-committed"})
 
 
+@pytest.mark.patches_core
 def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -131,6 +134,7 @@ def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
     caught(FAULTS, [123], {"committed-before-durable", "lost-committed", "invariant-broken"})
 
 
+@pytest.mark.patches_core
 def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -150,6 +154,7 @@ def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
     caught(FAULTS, [312], {"lost-committed", "committed-before-durable"})
 
 
+@pytest.mark.patches_core
 def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -157,6 +162,7 @@ def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
     caught(FAULTS, [2], {"follower-diverged"})
 
 
+@pytest.mark.patches_core
 def test_a_reply_carrying_the_workers_own_claim_as_its_shards_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -165,6 +171,7 @@ def test_a_reply_carrying_the_workers_own_claim_as_its_shards_is_caught(
     caught(one_region, [1, 0], {"invariant-broken", "committed-before-durable"})
 
 
+@pytest.mark.patches_core
 def test_a_worker_drawing_with_its_idle_marker_standing_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
