@@ -2,7 +2,6 @@
 ``store/core/__init__.py``). Outside ``store.core`` because it reads the environment and
 files, which the core itself never does (DESIGN.md §7)."""
 
-
 from __future__ import annotations
 
 import hashlib
