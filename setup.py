@@ -51,22 +51,21 @@ if (
 ):
     from mypyc.build import mypycify
 
-    core = sorted(
-        path for path in Path("store/core").rglob("*.py") if path.name not in INTERPRETED
-    )
+    core = {
+        ".".join(path.with_suffix("").parts): path
+        for path in sorted(Path("store/core").rglob("*.py")) if path.name not in INTERPRETED
+    }
     # A module compiled by an earlier build and no longer (or one built before it moved):
     # its extension would be imported instead of its source.
-    compiled_names = {".".join(path.with_suffix("").parts) for path in core}
     for built in Path("store/core").rglob("*.so"):
         name = ".".join(built.with_name(built.name.split(".")[0]).parts)
-        if name not in compiled_names and not built.name.startswith("_compiled__mypyc"):
+        if name not in core and not built.name.startswith("_compiled__mypyc"):
             built.unlink()
     manifest.write_text("".join(
-        f"{'.'.join(path.with_suffix('').parts)} {hashlib.sha256(path.read_bytes()).hexdigest()}\n"
-        for path in core
+        f"{name} {hashlib.sha256(path.read_bytes()).hexdigest()}\n" for name, path in core.items()
     ))
     extensions += mypycify(
-        [str(path) for path in core], opt_level="3", group_name="store.core._compiled"
+        [str(path) for path in core.values()], opt_level="3", group_name="store.core._compiled"
     )
 elif manifest.parent.is_dir():
     manifest.unlink(missing_ok=True)

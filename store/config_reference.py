@@ -23,6 +23,7 @@ from typing import Any
 from store import config as config_module
 from store.client.protocol import ClientSettings
 from store.core.settings import DEFAULT_SETTINGS, DEFAULT_STREAM_SETTINGS
+from store.corebuild import source_path
 from store.rpc.settings import RpcSettings
 
 _FIELD = re.compile(r"^\s+([a-z_][a-z0-9_]*)\s*:\s*[^=]+=")
@@ -37,8 +38,7 @@ def _class_source(cls: type) -> str:
     none for a class of the compiled core (docs/performance.md)."""
     path = Path(sys.modules[cls.__module__].__file__ or "")
     if path.suffix != ".py":  # the compiled core's extension module: its source beside it
-        root = Path(sys.modules["store"].__file__ or "").parent.parent
-        path = root.joinpath(*cls.__module__.split(".")).with_suffix(".py")
+        path = source_path(cls.__module__)
     text = path.read_text()
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ClassDef) and node.name == cls.__name__:

@@ -20,6 +20,11 @@ MANIFEST = _HERE / "_compiled.txt"  # "<module> <sha256 of its source>" per line
 PURE_ENV = "MERIDIAN_PURE_PYTHON"
 
 
+def source_path(module: str) -> Path:
+    """The ``.py`` file of a module of the ``store`` package, compiled or not."""
+    return _HERE.parent.parent.joinpath(*module.split(".")).with_suffix(".py")
+
+
 def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -31,7 +36,7 @@ def _why_source() -> str | None:
         return f"{PURE_ENV}=1"
     for line in MANIFEST.read_text().splitlines():
         module, digest = line.split()
-        path = _HERE.parent.parent.joinpath(*module.split(".")).with_suffix(".py")
+        path = source_path(module)
         if not path.exists() or source_digest(path) != digest:
             return f"{path} changed since the compiled build; rebuild it: pip install -e ."
     return None
@@ -48,8 +53,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.modules:
             return None
-        source = _HERE.parent.parent.joinpath(*fullname.split(".")).with_suffix(".py")
-        return importlib.util.spec_from_file_location(fullname, source)
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname))
 
 
 def choose_build() -> None:
