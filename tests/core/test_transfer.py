@@ -36,7 +36,7 @@ from store.core.transfer import (
 )
 from store.core.vclock import VectorClock
 from store.protocol.cluster_map import ClusterMap
-from store.protocol.messages import StateRequest
+from store.protocol.messages import SnapshotRead, StateRequest
 
 VC = VectorClock({0: 5, 1: 2})
 BATCH = Entry(EntryKind.BATCH, [[7, [["t/a", 1, False]], VC.to_wire()]], [5], 5, VC, 0)
@@ -287,6 +287,8 @@ def test_a_copy_given_up_half_way_leaves_nothing_in_the_rejoiners_store() -> Non
 
     settings = DEFAULT_SETTINGS.with_overrides(transfer_piece_bytes=512)
     rejoiner = ShardFollower(0, "a", settings=settings, rejoining=True)
+    # While it rejoins it answers no snapshot read and no state request (it has no state).
+    assert rejoiner.ANSWERS == ()
     state = sample_state()  # its map: shard 0 led by "b", followers "a" and "c"
     assert state.cluster_map is not None
     rejoiner.handle(0, "cm", ConfigReply(0, state.cluster_map, "cm"))
@@ -318,6 +320,9 @@ def test_a_copy_given_up_half_way_leaves_nothing_in_the_rejoiners_store() -> Non
         request = asked()
     assert not rejoiner.rejoining
     assert dict(version_chains(rejoiner.store)) == {k: c for k, c in state.chains if c}
+    # Rejoined, it answers both again (what the host asks before it hands one over).
+    assert isinstance(SnapshotRead(1, ["k"], []), rejoiner.ANSWERS)
+    assert isinstance(StateRequest("r", 1, 0, 0, 512), rejoiner.ANSWERS)
 
 
 def test_a_followers_state_leaves_out_versions_no_read_can_reach() -> None:
