@@ -289,8 +289,8 @@ class Coordinator(Execution):
 
     def _writes_replicated(self, ops: OpList) -> bool:
         """Whether the list may write a replicated table (any key, with a compare-and-set)."""
-        is_replicated = self.partitioner.is_replicated
-        return any(is_replicated(key) for key in (ops.keys if ops.conditional else ops.written))
+        partitioner = self.partitioner
+        return any(partitioner.is_replicated(key) for key in (ops.keys if ops.conditional else ops.written))
 
     def _write_shards_of(self, key: str) -> Sequence[int]:
         """Where a key is written: a replicated table's on every shard."""
@@ -341,9 +341,9 @@ class Coordinator(Execution):
                 remote_reads.setdefault(shard, []).append(read_key)
         local_locks: list[str] = []
         remote_locks: dict[int, list[str]] = {}
-        shard_of = self.partitioner.shard_of
+        partitioner = self.partitioner
         for written in ops.written:
-            shard = shard_of(written)
+            shard = partitioner.shard_of(written)
             if shard == here:
                 local_locks.append(written)
             else:
@@ -428,9 +428,9 @@ class Coordinator(Execution):
             self._abort_everywhere(now_ns, txn, str(exc), Status.INVALID)
             return
         txn.result_value = result
-        shard_of = self.partitioner.shard_of
+        partitioner = self.partitioner
         for written, (value, deleted) in txn.writes.items():
-            txn.write_shards[shard_of(written)].append((written, value, deleted))
+            txn.write_shards[partitioner.shard_of(written)].append((written, value, deleted))
         self._clock(txn)
         here = self.shard
         reads = list(txn.reads.get(here, {}).items())
@@ -499,15 +499,15 @@ class Coordinator(Execution):
     def _executed(self, now_ns: int, txn: Transaction, result: Any) -> None:
         txn.result_value = result
         txn.executed_at = now_ns
-        shard_of = self.partitioner.shard_of
-        if self.partitioner.replicated:  # a replicated table is written on every shard
+        partitioner = self.partitioner
+        if partitioner.replicated:  # a replicated table is written on every shard
             write_shards = self._write_shards_of
             for key, (value, deleted) in txn.writes.items():
                 for shard in write_shards(key):
                     txn.write_shards.setdefault(shard, []).append((key, value, deleted))
         else:
             for key, (value, deleted) in txn.writes.items():
-                txn.write_shards.setdefault(shard_of(key), []).append((key, value, deleted))
+                txn.write_shards.setdefault(partitioner.shard_of(key), []).append((key, value, deleted))
         read_shards = {s for s, reads in txn.reads.items() if reads} | {
             s for s, scans in txn.scans.items() if scans
         }

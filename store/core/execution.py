@@ -209,14 +209,15 @@ class Execution:
         txn.batch_items = {}
         txn.batch_scans = [[] for _ in batch.scans]
         keys_by_shard: dict[int, list[str]] = {}
-        shard_of = self.partitioner.shard_of
-        if self.partitioner.replicated:  # a replicated table is read where this runs
-            is_replicated, here = self.partitioner.is_replicated, self.shard
+        partitioner = self.partitioner
+        if partitioner.replicated:  # a replicated table is read where this runs
+            here = self.shard
             for key in batch.keys:
-                keys_by_shard.setdefault(here if is_replicated(key) else shard_of(key), []).append(key)
+                shard = here if partitioner.is_replicated(key) else partitioner.shard_of(key)
+                keys_by_shard.setdefault(shard, []).append(key)
         else:
             for key in batch.keys:
-                keys_by_shard.setdefault(shard_of(key), []).append(key)
+                keys_by_shard.setdefault(partitioner.shard_of(key), []).append(key)
         scans_by_shard: dict[int, list[tuple[str, str, int]]] = {}
         for lo, hi, limit in batch.scans:
             for shard in self._scan_shards(lo, hi):

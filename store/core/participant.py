@@ -187,9 +187,9 @@ class Participant:
         """The newest version of each key. ``sparse`` (an answer to another shard): each
         version's clock without the entries this shard knows durable (``_sparse``)."""
         items: list[ReadItem] = []
-        latest = self.store.latest
+        store = self.store
         for key in keys:
-            version = latest(key)
+            version = store.latest(key)
             if version is None:
                 items.append((key, 0, None, False, EMPTY, 0))
             else:
@@ -364,10 +364,10 @@ class Participant:
         """Clocks a writer of ``keys`` must dominate: the versions it overwrites and the
         validated readers of those keys (and scanners of their tables)."""
         deps = self._stamp_floor
-        latest = self.store.latest
+        store = self.store
         absent, scan_stamps = self._absent_stamps, self._scan_stamps
         for key in keys:
-            version = latest(key)
+            version = store.latest(key)
             if version is not None:
                 deps = deps.merge(version.vc)
                 stamp = version.stamp
@@ -389,9 +389,9 @@ class Participant:
         scanned."""
         if not vc:
             return
-        latest = self.store.latest
+        store = self.store
         for key, _ in reads:
-            version = latest(key)
+            version = store.latest(key)
             if version is not None:
                 stamp = version.stamp
                 version.stamp = vc if stamp is None else stamp.merge(vc)
@@ -814,10 +814,10 @@ class Participant:
             self._solo_vcs.popitem(last=False)
 
     def _any_in_doubt(self, keys: Iterable[str]) -> bool:
-        latest = self.store.latest
+        store = self.store
         doubt = self._doubt
         for key in keys:
-            version = latest(key)
+            version = store.latest(key)
             if version is None:
                 continue
             frozen = doubt.get(version.epoch)

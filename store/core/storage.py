@@ -10,8 +10,8 @@ Theory of operation:
   for "no visible version". Validation compares the recorded vid with the current one.
 * Locks are per key and owned by one transaction id. A lock may be taken on a key that does
   not exist yet (an insert), so lock ownership is kept apart from the chains, in a dict plus
-  a sorted set per table: scans check "no key in my range is locked by someone else" to
-  catch phantoms.
+  a set of locked keys per table: scans check "no key in my range is locked by someone
+  else" to catch phantoms.
 * Garbage collection drops versions nobody can read: everything older than the newest
   version that is at or below the durable watermark (older ones can neither be read nor
   become visible again by rollback).
@@ -76,7 +76,11 @@ class VersionedStore:
         self._chains: dict[str, list[Version]] = {}
         self._tables: dict[str, SortedSet] = {}
         self._locks: dict[str, int] = {}
-        self._locked_by_table: dict[str, SortedSet] = {}
+        # The locked keys of each table, for a scan's check of its range: a plain set (a
+        # lock and an unlock are a hash-set add and discard, on every written key of every
+        # transaction); the check visits the table's locked keys, at most the keys the
+        # transactions in flight write.
+        self._locked_by_table: dict[str, set[str]] = {}
         self._next_vid = 1
         # Keys that may hold versions nobody can read, oldest first (a dict: a FIFO without
         # duplicates whose order does not depend on string hashing).
@@ -199,7 +203,7 @@ class VersionedStore:
                 table = table_of(key)
                 locked = self._locked_by_table.get(table)
                 if locked is None:
-                    locked = self._locked_by_table[table] = SortedSet()
+                    locked = self._locked_by_table[table] = set()
                 locked.add(key)
         return True
 
@@ -217,10 +221,10 @@ class VersionedStore:
         locked = self._locked_by_table.get(table_of(lo))
         if not locked:
             return False
-        return any(
-            self._locks[key] != owner
-            for key in locked.irange(lo, hi, inclusive=(True, inclusive_hi))
-        )
+        locks = self._locks
+        if inclusive_hi:
+            return any(lo <= key <= hi and locks[key] != owner for key in locked)
+        return any(lo <= key < hi and locks[key] != owner for key in locked)
 
     def locked_count(self) -> int:
         return len(self._locks)

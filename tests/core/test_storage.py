@@ -43,6 +43,21 @@ def test_locks_are_all_or_nothing_and_owned() -> None:
     assert store.locked_count() == 0
 
 
+def test_a_range_sees_exactly_the_locks_inside_its_bounds() -> None:
+    # A scan's phantom check: a lock on the range's first key counts, on its end only when
+    # the end is inclusive, outside it or in another table never; unlocked keys leave it.
+    store = VersionedStore()
+    assert store.try_lock_all(["t/b", "t/d", "u/c"], owner=1)
+    assert store.range_locked_by_other("t/b", "t/c", owner=2, inclusive_hi=False)
+    assert not store.range_locked_by_other("t/c", "t/d", owner=2, inclusive_hi=False)
+    assert store.range_locked_by_other("t/c", "t/d", owner=2, inclusive_hi=True)
+    assert not store.range_locked_by_other("t/ba", "t/cz", owner=2, inclusive_hi=True)
+    assert not store.range_locked_by_other("t/b", "t/e", owner=1, inclusive_hi=True)
+    store.unlock_all(["t/b", "t/d"], owner=1)
+    assert not store.range_locked_by_other("t/", "t0", owner=2, inclusive_hi=True)
+    assert store.range_locked_by_other("u/", "u0", owner=2, inclusive_hi=False)
+
+
 def test_rolled_back_versions_are_invisible() -> None:
     store = VersionedStore()
     store.install("t/a", 1, False, vc(s0=1), 0, 1)
