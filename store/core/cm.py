@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from store.core.paxos import (
     DEFAULT_STREAM_SETTINGS,
@@ -69,7 +69,7 @@ from store.protocol.messages import (
 )
 
 # The CM's Paxos stream; shard streams are numbered by shard.
-CM_STREAM = 1 << 30
+CM_STREAM: Final = 1 << 30
 
 # ---- a member ------------------------------------------------------------------------------
 

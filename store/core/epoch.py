@@ -20,10 +20,12 @@ on chosen values: every replica that has the chosen prefix computes the same num
 
 from __future__ import annotations
 
+from typing import Final
+
 from store.core.paxos import Entry, EntryKind
 
-EPOCH_SHIFT = 40
-EPOCH_MAX = (1 << (63 - EPOCH_SHIFT)) - 1
+EPOCH_SHIFT: Final = 40
+EPOCH_MAX: Final = (1 << (63 - EPOCH_SHIFT)) - 1
 
 
 def counter_base(epoch: int) -> int:

@@ -8,6 +8,7 @@ client SDK, which maps wire outcome codes back to these exceptions.
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 
 class MeridianError(Exception):
@@ -63,9 +64,9 @@ class Status(enum.IntEnum):
     UNKNOWN_PROCEDURE = 9  # no procedure of that name; nothing changed
 
 
-FINAL_STATUSES = frozenset(Status) - {Status.CERTIFIED}
+FINAL_STATUSES: Final = frozenset(Status) - {Status.CERTIFIED}
 
-ERROR_OF_STATUS: dict[Status, type[MeridianError]] = {
+ERROR_OF_STATUS: Final[dict[Status, type[MeridianError]]] = {
     Status.ABORTED: Aborted,
     Status.USER_ABORTED: UserAborted,
     Status.INVALID: InvalidRequest,

@@ -13,7 +13,7 @@ over.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from store.core.errors import InvalidRequest, Status
 from store.core.oplist import OpList, ReadBatch
@@ -32,13 +32,13 @@ from store.protocol.messages import (
     Write,
 )
 
-EXECUTING = 1
-LOCKING = 2
-VALIDATING = 3
-SOLO = 4
-DECIDED = 5  # certified: installs may still be in flight
-ABORTING = 6  # aborted: abort requests may still be in flight
-PREPARING = 7  # the pair path: its one PrepareRequest is out (store.core.coordinator)
+EXECUTING: Final = 1
+LOCKING: Final = 2
+VALIDATING: Final = 3
+SOLO: Final = 4
+DECIDED: Final = 5  # certified: installs may still be in flight
+ABORTING: Final = 6  # aborted: abort requests may still be in flight
+PREPARING: Final = 7  # the pair path: its one PrepareRequest is out (store.core.coordinator)
 
 
 def _key_of(item: ReadItem) -> str:

@@ -44,7 +44,7 @@ REJOINING, so the CM does not make it a leader. See ``Acceptor`` (restarted).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from store.core.epoch import StreamEpochs, counter_base
 from store.core.errors import InvalidRequest
@@ -82,7 +82,7 @@ from store.protocol.messages import (
 )
 
 # What a follower answers once it serves (none while it rejoins).
-_ANSWERS: tuple[type[Message], ...] = (SnapshotRead, StateRequest)
+_ANSWERS: Final[tuple[type[Message], ...]] = (SnapshotRead, StateRequest)
 
 
 class ShardFollower:

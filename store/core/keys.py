@@ -24,7 +24,7 @@ that starts with ``prefix``.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Final, Union
 
 from store.core.errors import InvalidRequest
 
@@ -32,13 +32,16 @@ from store.core.errors import InvalidRequest
 Element = Union[str, int, bytes, "tuple[Element, ...]"]
 Key = Union[str, "tuple[Element, ...]"]
 
-BYTES, STRING, NESTED, INT_ZERO = 0x01, 0x02, 0x05, 0x14
-INT_BYTES_MAX = 8
+BYTES: Final = 0x01
+STRING: Final = 0x02
+NESTED: Final = 0x05
+INT_ZERO: Final = 0x14
+INT_BYTES_MAX: Final = 8
 # Every packing begins with a type code below this; a plain string key does not.
-PACKED_BELOW = " "
+PACKED_BELOW: Final = " "
 # Above every element's first code point: the end of a prefix's range.
-PREFIX_END = "\xff"
-_DEPTH_MAX = 16
+PREFIX_END: Final = "\xff"
+_DEPTH_MAX: Final = 16
 
 
 def is_packed(key: str) -> bool:

@@ -4,18 +4,19 @@ values, updated on the hot path at the cost of an increment or one bisection."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import Final
 
-MS = 1_000_000
+MS: Final = 1_000_000
 
 # Upper bounds of the latency buckets, in nanoseconds: 50 us to 10 s, roughly x2.5 apart
 # (a transaction committed at once is a few microseconds; across regions, tens of ms).
-LATENCY_BOUNDS_NS = (
+LATENCY_BOUNDS_NS: Final = (
     50_000, 100_000, 250_000, 500_000, 1 * MS, 2 * MS + MS // 2, 5 * MS, 10 * MS, 25 * MS,
     50 * MS, 100 * MS, 250 * MS, 500 * MS, 1000 * MS, 2500 * MS, 10_000 * MS,
 )
 
 # Why transactions abort (``abort_cause``): the label values of the aborted counter.
-ABORT_CAUSES = ("conflict", "validation", "unreachable", "epoch", "changed-read", "other")
+ABORT_CAUSES: Final = ("conflict", "validation", "unreachable", "epoch", "changed-read", "other")
 
 
 class LatencyHistogram:

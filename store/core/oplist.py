@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import decimal
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Final
 
 from store.core.errors import InvalidRequest
 from store.core.keys import (
@@ -30,7 +30,7 @@ from store.core.settings import Settings
 from store.core.values import check_datetime, check_decimal
 
 # The procedure name a Submit uses for a list of built-in operations.
-OPS_PROCEDURE = ""
+OPS_PROCEDURE: Final = ""
 
 
 class ReadBatch:
@@ -149,7 +149,7 @@ def check_value(value: object, settings: Settings) -> None:
 # ---- built-in operation lists --------------------------------------------------------------
 
 # name -> number of arguments after the op name
-OP_ARITY = {
+OP_ARITY: Final = {
     "get": 1,
     "put": 2,
     "delete": 1,
@@ -164,16 +164,25 @@ OP_ARITY = {
 
 
 # Operation codes of a parsed list (``OpList.ops``).
-GET, PUT, DELETE, SCAN, APPEND, CAS, INCREMENT, CLEAR_RANGE, KEYS, COUNT = range(10)
-_CODES = {
+GET: Final = 0
+PUT: Final = 1
+DELETE: Final = 2
+SCAN: Final = 3
+APPEND: Final = 4
+CAS: Final = 5
+INCREMENT: Final = 6
+CLEAR_RANGE: Final = 7
+KEYS: Final = 8
+COUNT: Final = 9
+_CODES: Final = {
     "get": GET, "put": PUT, "delete": DELETE, "scan": SCAN, "append": APPEND, "cas": CAS,
     "increment": INCREMENT, "clear_range": CLEAR_RANGE, "keys": KEYS, "count": COUNT,
 }
 # Operations over a range (their key is the range's lower bound): a scan, and a scan that
 # answers with the keys alone or their number (the values never leave the server).
-_RANGES = (SCAN, KEYS, COUNT, CLEAR_RANGE)
+_RANGES: Final = (SCAN, KEYS, COUNT, CLEAR_RANGE)
 _INT_MIN, _INT_END = -(1 << 63), 1 << 64
-_SPECS = {name: (code, OP_ARITY[name]) for name, code in _CODES.items()}
+_SPECS: Final = {name: (code, OP_ARITY[name]) for name, code in _CODES.items()}
 
 
 def _bad_operation(op: object) -> None:

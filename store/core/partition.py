@@ -13,6 +13,7 @@ import bisect
 import functools
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 from store.core.keys import (
     PACKED_BELOW,
@@ -24,7 +25,7 @@ from store.core.keys import (
 )
 
 # Keys whose shard a PrefixPartitioner remembers.
-HOMES_CACHED = 1 << 17
+HOMES_CACHED: Final = 1 << 17
 
 
 def table_of(key: str) -> str:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Final
 
-MS = 1_000_000  # nanoseconds per millisecond
+MS: Final = 1_000_000  # nanoseconds per millisecond
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ class Settings:
         return replace(self, **overrides)
 
 
-DEFAULT_SETTINGS = Settings()
+DEFAULT_SETTINGS: Final = Settings()
 
 # Safety steps --break switches off: certification's, and recovery's (docs/recovery.md):
 # "fvw" rolls back above each replica's last known watermark instead of the FVW, "no-inf"
@@ -109,7 +109,7 @@ DEFAULT_SETTINGS = Settings()
 # "rejoin-vote" lets a restarted replica vote in phase 1 before it has caught up, "lease"
 # lets a leader answer and serve reads without a lease (docs/recovery.md "Stale reads"),
 # "stamps" lets a new leader's writers ignore the readers its predecessor validated.
-BREAKABLE_STEPS = (
+BREAKABLE_STEPS: Final = (
     "validation", "locking", "fvw", "no-inf", "takeover", "rejoin-vote", "lease", "stamps",
     "fsync",  # the simulated disk acknowledges syncs at once (store.sim.disk)
     "own-vote",  # a leader counts its own vote before its record is synced
@@ -211,4 +211,4 @@ class StreamSettings:
         return replace(self, **overrides)
 
 
-DEFAULT_STREAM_SETTINGS = StreamSettings()
+DEFAULT_STREAM_SETTINGS: Final = StreamSettings()

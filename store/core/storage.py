@@ -20,22 +20,22 @@ Theory of operation:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from sortedcontainers import SortedSet
 
 from store.core.partition import table_of
 from store.core.vclock import VectorClock
 
-CERTIFIED = 1
-ROLLED_BACK = 2
+CERTIFIED: Final = 1
+ROLLED_BACK: Final = 2
 # Installed but not yet visible: with speculation off, a version stays hidden (and its key
 # locked) until its transaction is committed (Mako's "OCC+OR" baseline).
-HIDDEN = 3
+HIDDEN: Final = 3
 
 
 # A garbage-collection pass stops after this many keys in a row with nothing to collect.
-GC_MISSES_MAX = 32
+GC_MISSES_MAX: Final = 32
 
 
 class Version:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
@@ -56,17 +56,17 @@ from store.protocol.cluster_map import ClusterMap, cluster_map_from_wire
 from store.protocol.messages import StatePiece, StateRequest
 from store.protocol.wirecheck import Fields
 
-STATE_TAG = 1
-STATE_BYTES_MAX = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
+STATE_TAG: Final = 1
+STATE_BYTES_MAX: Final = 1 << 34  # what a rejoiner accepts as one state, in all pieces together
 # Transfers a source keeps at once (a new one evicts the oldest).
-TRANSFERS_KEPT = 2
+TRANSFERS_KEPT: Final = 2
 # Keys (with their versions), or kept stream entries, that one step of encoding packs; a
 # piece takes as many steps as it needs.
-ITEMS_PER_STEP = 32
+ITEMS_PER_STEP: Final = 32
 # The state's layout: 17 fields; the chains and the kept stream entries go item by item.
-_STATE_FIELDS = 17
-_CHAINS_AT = 11
-_RECENT_AT = 14
+_STATE_FIELDS: Final = 17
+_CHAINS_AT: Final = 11
+_RECENT_AT: Final = 14
 
 # (txn_id, vc, keys written): a replayed transaction an FVW may still roll back.
 Speculative = tuple[int, VectorClock, list[str]]
@@ -275,7 +275,7 @@ def _steps(
     yield b"".join(step)
 
 
-_FIELDS = Fields("transferred state")
+_FIELDS: Final = Fields("transferred state")
 _bad = _FIELDS.bad
 _int = _FIELDS.integer
 _bool = _FIELDS.boolean

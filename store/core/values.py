@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import datetime
 import decimal
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
 from store.core.errors import InvalidRequest
 
-DECIMAL_EXT = 1
-DECIMAL_DIGITS_MAX = 100
+DECIMAL_EXT: Final = 1
+DECIMAL_DIGITS_MAX: Final = 100
 
 
 def _default(value: Any) -> Any:
@@ -72,5 +72,5 @@ def check_datetime(value: datetime.datetime) -> int:
 
 
 # Options of every msgpack Packer and unpacker (``msgpack.Packer(**PACK)``).
-PACK: dict[str, Any] = {"use_bin_type": True, "datetime": True, "default": _default}
-UNPACK: dict[str, Any] = {"raw": False, "timestamp": 3, "ext_hook": _ext_hook}
+PACK: Final[dict[str, Any]] = {"use_bin_type": True, "datetime": True, "default": _default}
+UNPACK: Final[dict[str, Any]] = {"raw": False, "timestamp": 3, "ext_hook": _ext_hook}

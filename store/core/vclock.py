@@ -11,6 +11,7 @@ transitively, then ``vc(T1) >= vc(T2)`` entry by entry. The certification core a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from store.core.errors import InvalidRequest
 
@@ -162,7 +163,7 @@ class VectorClock:
         return cls._of(entries)
 
 
-EMPTY = VectorClock()
+EMPTY: Final = VectorClock()
 
 
 def _put_varint(out: bytearray, value: int) -> None:

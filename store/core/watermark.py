@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from store.core.epoch import EPOCH_SHIFT, counter_base
 from store.core.partition import clock_marks
@@ -46,7 +46,7 @@ class CounterSource(Protocol):
 
 # Workers of a shard that publish their claims beside the shared counter (SharedCounter's
 # claim slots); a shard of more workers gossips them only.
-CLAIM_SLOTS = 6
+CLAIM_SLOTS: Final = 6
 
 
 class LocalCounter:

@@ -28,7 +28,7 @@ Shapes used below:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from store.core.vclock import VectorClock
 from store.protocol.cluster_map import ClusterMap
@@ -135,7 +135,7 @@ class ReadRequest(Message):
 # A ReadReply with this req_no (a transaction's first batch is 1) serves nothing: the leader
 # could not serve the read now (it has no lease: docs/recovery.md "Stale reads"). The
 # coordinator ignores it as it ignores a late reply, and its retry asks again.
-READ_REFUSED = 0
+READ_REFUSED: Final = 0
 
 
 class ReadReply(Message):
@@ -329,10 +329,10 @@ class PrepareRequest(Message):
 # PrepareReply.status: the leader could not serve the reads now (no lease: the coordinator's
 # retry asks again, as for READ_REFUSED); prepared (voted yes); refused (a conflict, another
 # epoch, versions in doubt): nothing is held.
-PREPARE_REFUSED = 0
-PREPARE_OK = 1
-PREPARE_CONFLICT = 2
-PREPARE_STATUSES = (PREPARE_REFUSED, PREPARE_OK, PREPARE_CONFLICT)
+PREPARE_REFUSED: Final = 0
+PREPARE_OK: Final = 1
+PREPARE_CONFLICT: Final = 2
+PREPARE_STATUSES: Final = (PREPARE_REFUSED, PREPARE_OK, PREPARE_CONFLICT)
 
 
 class PrepareReply(Message):
@@ -412,12 +412,12 @@ class SnapshotReply(Message):
 # ---- the configuration manager -------------------------------------------------------------
 
 # A replica's role, in its heartbeats.
-LEADER = 0
-FOLLOWER = 1
+LEADER: Final = 0
+FOLLOWER: Final = 1
 # A restarted replica that has not yet copied its state (docs/recovery.md "Rejoining"): it
 # counts neither as its shard's live leader nor as a candidate, and is sent the map.
-REJOINING = 2
-ROLES = (LEADER, FOLLOWER, REJOINING)
+REJOINING: Final = 2
+ROLES: Final = (LEADER, FOLLOWER, REJOINING)
 
 
 class Heartbeat(Message):
@@ -506,11 +506,11 @@ class StatePiece(Message):
 # rely on that rule: the reply travels back as the RPC response of the request
 # (``store/node/host.py`` checks the rule and stops the process if it is ever broken). A
 # one-way message is answered by nothing.
-PEER_REQUESTS: tuple[type[Message], ...] = (
+PEER_REQUESTS: Final[tuple[type[Message], ...]] = (
     ReadRequest, LockRequest, ValidateRequest, InstallRequest, AbortRequest, SoloRequest,
     PrepareRequest,
 )
-PEER_ONE_WAY: tuple[type[Message], ...] = (Gossip,)
-PEER_REPLIES: tuple[type[Message], ...] = (
+PEER_ONE_WAY: Final[tuple[type[Message], ...]] = (Gossip,)
+PEER_REPLIES: Final[tuple[type[Message], ...]] = (
     ReadReply, LockReply, ValidateReply, InstallReply, AbortReply, SoloReply, PrepareReply,
 )

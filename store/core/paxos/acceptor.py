@@ -40,6 +40,8 @@ needs acceptors on disk (state saved before the Promise or Accepted it produced 
 
 from __future__ import annotations
 
+from typing import Final
+
 from sortedcontainers import SortedDict
 
 from store.core.paxos.messages import Accept, Accepted, PaxosMessage, Prepare, Promise, Reject
@@ -53,7 +55,7 @@ from store.core.paxos.types import (
 )
 
 # Above every address: the ballot at which a restarted acceptor reports what it learned.
-_LAST_ADDRESS = "\U0010ffff"
+_LAST_ADDRESS: Final = "\U0010ffff"
 
 
 class Acceptor:

@@ -18,7 +18,7 @@ The gRPC schema in ``proto/replication.proto`` mirrors these classes field for f
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
@@ -154,7 +154,7 @@ def _ballot(ballot: Ballot) -> list[Any]:
     return [ballot.round, ballot.leader]
 
 
-_ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
+_ENCODERS: Final[dict[type, Callable[[Any], list[Any]]]] = {
     Prepare: lambda m: [101, m.stream, _ballot(m.ballot), m.from_slot],
     Promise: lambda m: [
         102, m.stream, _ballot(m.ballot), m.from_slot,
@@ -182,11 +182,11 @@ def encode(message: PaxosMessage) -> bytes:
 # ---- decoding --------------------------------------------------------------------------
 
 # Bounds on decoded shapes, so garbage cannot make a receiver allocate without limit.
-RECORDS_PER_ENTRY_MAX = 1 << 16
-ENTRIES_PER_MESSAGE_MAX = 1 << 16
+RECORDS_PER_ENTRY_MAX: Final = 1 << 16
+ENTRIES_PER_MESSAGE_MAX: Final = 1 << 16
 
 
-_FIELDS = Fields("stream message", ENTRIES_PER_MESSAGE_MAX)
+_FIELDS: Final = Fields("stream message", ENTRIES_PER_MESSAGE_MAX)
 _bad = _FIELDS.bad
 _int = _FIELDS.integer
 _bool = _FIELDS.boolean
@@ -229,7 +229,7 @@ def _accepted(value: Any) -> list[tuple[int, Ballot, Entry]]:
     return items
 
 
-_DECODERS: dict[int, tuple[int, Callable[[list[Any]], PaxosMessage]]] = {
+_DECODERS: Final[dict[int, tuple[int, Callable[[list[Any]], PaxosMessage]]]] = {
     101: (4, lambda f: Prepare(_int(f[1], "stream"), _decode_ballot(f[2]),
                                _int(f[3], "from_slot"))),
     102: (6, lambda f: Promise(_int(f[1], "stream"), _decode_ballot(f[2]),

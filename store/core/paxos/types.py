@@ -12,13 +12,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from store.core.settings import DEFAULT_STREAM_SETTINGS as _DEFAULT_STREAM_SETTINGS
 from store.core.settings import StreamSettings as _StreamSettings
 from store.core.vclock import EMPTY, VectorClock
 
-MS = 1_000_000  # nanoseconds per millisecond
+MS: Final = 1_000_000  # nanoseconds per millisecond
 
 
 class Ballot(NamedTuple):
@@ -31,7 +31,7 @@ class Ballot(NamedTuple):
     leader: str
 
 
-ZERO_BALLOT = Ballot(0, "")
+ZERO_BALLOT: Final = Ballot(0, "")
 
 
 class EntryKind(enum.IntEnum):
@@ -105,14 +105,14 @@ class Entry:
         )
 
 
-NOOP = Entry(EntryKind.NOOP)
-INF = Entry(EntryKind.INF)
+NOOP: Final = Entry(EntryKind.NOOP)
+INF: Final = Entry(EntryKind.INF)
 
 
 # The stream's settings are a plain value (store.core.settings), so that a cluster file's
 # [stream] section is checked without loading Paxos; re-exported here for the stream.
 StreamSettings = _StreamSettings
-DEFAULT_STREAM_SETTINGS = _DEFAULT_STREAM_SETTINGS
+DEFAULT_STREAM_SETTINGS: Final = _DEFAULT_STREAM_SETTINGS
 
 
 @dataclass(slots=True)
