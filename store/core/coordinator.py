@@ -34,7 +34,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from store.core.errors import InvalidRequest, Status, UnknownProcedure
 from store.core.execution import (
@@ -77,7 +77,7 @@ from store.protocol.messages import (
 )
 
 # A coordinator's transaction ids in epoch e start at (e << TXN_SEQ_EPOCH_SHIFT) + 1.
-TXN_SEQ_EPOCH_SHIFT = 28
+TXN_SEQ_EPOCH_SHIFT: Final = 28
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,19 +329,19 @@ class Coordinator(Execution):
             return False
         if self.partitioner.replicated and self._writes_replicated(ops):
             return False
-        shard_of = self._read_shard_of if self.partitioner.replicated else self.partitioner.shard_of
+        partitioner = self.partitioner
+        replicated = partitioner.replicated
         here = self.shard
         local_reads: list[str] = []
         remote_reads: dict[int, list[str]] = {}
         for read_key in ops.batch.keys:
-            shard = shard_of(read_key)
+            shard = self._read_shard_of(read_key) if replicated else partitioner.shard_of(read_key)
             if shard == here:
                 local_reads.append(read_key)
             else:
                 remote_reads.setdefault(shard, []).append(read_key)
         local_locks: list[str] = []
         remote_locks: dict[int, list[str]] = {}
-        partitioner = self.partitioner
         for written in ops.written:
             shard = partitioner.shard_of(written)
             if shard == here:

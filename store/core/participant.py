@@ -52,7 +52,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from store.core.oplist import OpList
 from store.core.partition import table_of
@@ -69,9 +69,9 @@ from store.protocol.messages import (
     Write,
 )
 
-LOCKED = 1
-INSTALLED = 2
-ABORTED = 3
+LOCKED: Final = 1
+INSTALLED: Final = 2
+ABORTED: Final = 3
 
 # The durability layer is told of every install: (txn_id, counter, writes, vc). It settles
 # the counter in the shard watermark once the writes are durable.
@@ -103,8 +103,8 @@ class _Held:
 
 
 # Participant.prepare's answers (the wire's PrepareReply.status values).
-PREPARED = PREPARE_OK
-REFUSED = PREPARE_CONFLICT
+PREPARED: Final = PREPARE_OK
+REFUSED: Final = PREPARE_CONFLICT
 
 
 def covered_range(lo: str, hi: str, limit: int, seen: list[tuple[str, int]]) -> tuple[str, str, bool]:
