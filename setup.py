@@ -35,12 +35,14 @@ extensions = [
     )
 ]
 
-# store.core and store.core.paxos, all but their __init__ files (store/core/__init__.py
+# store.core, store.core.paxos and store.protocol (the messages the core builds and the
+# codec every server and client runs), all but their __init__ files (store/core/__init__.py
 # chooses the build at import: it must stay source) and txn.py: the ``tx`` API procedures call
 # takes whatever a procedure passes and checks it (InvalidRequest), where compiled code
 # would refuse a value its annotation does not allow with a TypeError first (the operation
 # lists, which it shares its checks with, are in the compiled store/core/oplist.py).
 INTERPRETED = {"__init__.py", "txn.py"}
+COMPILED_PACKAGES = ("store/core", "store/protocol")
 manifest = Path("store/core/_compiled.txt")
 # Not in a sanitizer build (it is for the RPC extension: tests/rpc/test_rpc_sanitized_suite.py
 # builds it from a tree holding only setup.py and native/).
@@ -53,11 +55,12 @@ if (
 
     core = {
         ".".join(path.with_suffix("").parts): path
-        for path in sorted(Path("store/core").rglob("*.py")) if path.name not in INTERPRETED
+        for package in COMPILED_PACKAGES
+        for path in sorted(Path(package).rglob("*.py")) if path.name not in INTERPRETED
     }
     # A module compiled by an earlier build and no longer (or one built before it moved):
     # its extension would be imported instead of its source.
-    for built in Path("store/core").rglob("*.so"):
+    for built in (so for package in COMPILED_PACKAGES for so in Path(package).rglob("*.so")):
         name = ".".join(built.with_name(built.name.split(".")[0]).parts)
         if name not in core and not built.name.startswith("_compiled__mypyc"):
             built.unlink()

@@ -109,7 +109,7 @@ from store.core.txn import Procedures
 from store.core.vclock import EMPTY, VectorClock
 from store.proto import replication_pb2 as pb
 from store.protocol import codec
-from store.protocol.messages import Gossip, Message, Write
+from store.protocol.messages import Gossip, Message, Write, field_names
 from store.sim.client import History, SdkProcess, WorkloadClient
 from store.sim.cluster import REGIONS, SimCluster
 from store.sim.loop import Simulator
@@ -146,13 +146,6 @@ class UniformWorkload:
 # ---- the clocks' share of a message --------------------------------------------------------
 
 
-def _slots(cls: type) -> list[str]:
-    names: list[str] = []
-    for klass in cls.__mro__:
-        for name in getattr(klass, "__slots__", ()):
-            if name not in names:
-                names.append(name)
-    return names
 
 
 def _without_clocks(value: Any) -> tuple[Any, int]:
@@ -176,7 +169,7 @@ def clock_fields(message: Message) -> dict[str, tuple[Any, int]]:
     ``Type.field``: (the field's value with those clocks emptied, how many clocks)."""
     kind = type(message).__name__
     found: dict[str, tuple[Any, int]] = {}
-    for name in _slots(type(message)):
+    for name in field_names(message):
         value = getattr(message, name)
         if isinstance(message, Gossip) and name == "watermarks":
             found[f"{kind}.{name}"] = ({}, 1)
@@ -188,10 +181,10 @@ def clock_fields(message: Message) -> dict[str, tuple[Any, int]]:
 
 
 def _with_fields(message: Message, values: Mapping[str, Any]) -> Message:
-    """A copy of ``message`` with the fields named in ``values`` (by their slot) replaced."""
-    clone = type(message).__new__(type(message))
-    for slot in _slots(type(message)):
-        setattr(clone, slot, values[slot] if slot in values else getattr(message, slot))
+    """A copy of ``message`` with the fields named in ``values`` replaced (built by its
+    constructor, whose parameters are its fields: a compiled message has no other way)."""
+    fields = {name: getattr(message, name) for name in field_names(message)}
+    clone: Message = type(message)(**(fields | dict(values)))
     return clone
 
 

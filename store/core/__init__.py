@@ -1,10 +1,10 @@
 """Meridian's pure protocol cores: no I/O, no clocks, no randomness (DESIGN.md §7).
 
-The modules of this package (and of ``store.core.paxos``), all but the two ``__init__``
-files and ``txn.py`` (the ``tx`` API procedures call, see ``store.core.oplist``), are
-compiled to C by mypyc when the package is built (setup.py; docs/performance.md): the same
-source, run about 1.5 to 3 times faster. This file decides, before any
-of them is imported, which build runs:
+The modules of this package (and of ``store.core.paxos`` and ``store.protocol``), all but
+the ``__init__`` files and ``txn.py`` (the ``tx`` API procedures call, see
+``store.core.oplist``), are compiled to C by mypyc when the package is built (setup.py;
+docs/performance.md): the same source, run about 2.5 to 4 times faster. This file decides,
+before any of them is imported, which build runs:
 
 * the compiled one, when its extension modules are there and every source file is the one
   they were compiled from (``_compiled.txt``, written by the build, holds each file's

@@ -10,6 +10,13 @@ encoding — everything the SDK needs to talk to a cluster, without the replicas
 Pure, like ``store.core``: no I/O, clocks or randomness (a test enforces it), and it
 imports from ``store.core`` only the small value modules (``vclock``, ``errors``), never a
 replica, the configuration manager or Paxos (``tests/client/test_imports.py``). Paxos's own
-messages stay with Paxos (``store.core.paxos.messages``): only servers exchange them. This
-package imports nothing itself: ``from store.protocol import codec``.
+messages stay with Paxos (``store.core.paxos.messages``): only servers exchange them. Use it
+as ``from store.protocol import codec``.
+
+Its modules (all but this file) are compiled with the core (setup.py, docs/performance.md),
+so this file imports ``store.core``'s own first: that decides, before any of them loads,
+whether the compiled build or the source runs (``store/core/__init__.py``). It loads no
+core module.
 """
+
+import store.core  # noqa: F401  (chooses the build; see above)

@@ -43,15 +43,25 @@ class Message:
     __slots__: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in field_names(self))
         return f"{type(self).__name__}({fields})"
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and all(
-            getattr(self, name) == getattr(other, name) for name in self.__slots__
+            getattr(self, name) == getattr(other, name) for name in field_names(self)
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def field_names(message: object) -> tuple[str, ...]:
+    """A message's fields: its class's ``__slots__`` when run from source; compiled (mypyc,
+    docs/performance.md), a class keeps none, and mypyc's ``__mypyc_attrs__`` names them."""
+    cls = type(message)
+    names: tuple[str, ...] | None = getattr(cls, "__slots__", None)
+    if names is None:
+        names = tuple(name for name in getattr(cls, "__mypyc_attrs__", ()) if not name.startswith("__"))
+    return names
 
 
 # ---- client <-> coordinator ----------------------------------------------------------------

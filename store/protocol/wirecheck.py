@@ -66,10 +66,12 @@ def decode_tagged(
         raise fields.bad(f"larger than {max_bytes} bytes")
     try:
         unpacked = msgpack.unpackb(data, strict_map_key=strict_map_key, use_list=True, **UNPACK)
-    except InvalidRequest as exc:  # a value extension (store.core.values) that is malformed
-        raise fields.bad(str(exc)) from None
-    except Exception as exc:  # msgpack raises many types on garbage; all mean the same
-        raise fields.bad(f"not msgpack ({type(exc).__name__})") from None
+    except InvalidRequest as invalid:  # a value extension (store.core.values) that is malformed
+        raise fields.bad(str(invalid)) from None
+    # (Each clause its own name: compiled by mypyc, a name bound by two clauses takes the
+    # first one's type, and the second clause's exception fails with a TypeError.)
+    except Exception as garbage:  # msgpack raises many types on garbage; all mean the same
+        raise fields.bad(f"not msgpack ({type(garbage).__name__})") from None
     if type(unpacked) is not list or not unpacked or type(unpacked[0]) is not int:
         raise fields.bad("expected [tag, ...]")
     entry = decoders.get(unpacked[0])

@@ -16,15 +16,17 @@ import store.core
 from store.corebuild import MANIFEST, PURE_ENV
 from tests.conftest import REPO
 
+# The codec first: store.protocol is compiled with the core, and importing it before
+# store.core must choose the build all the same (store/protocol/__init__.py).
 PROBE = (
-    "import json, store.core, store.core.participant as p; "
-    "print(json.dumps([store.core.compiled(), p.__file__]))"
+    "import json, store.protocol.codec as c, store.core, store.core.participant as p; "
+    "print(json.dumps([store.core.compiled(), p.__file__, c.__file__]))"
 )
 
 
 def probe(root: Path, env: dict[str, str] | None = None) -> tuple[bool, str, str]:
     """(compiled, the participant module's file, stderr) of a fresh process importing the
-    ``store`` package found under ``root``."""
+    ``store`` package found under ``root``; the codec, imported first, runs the same build."""
     import json
 
     environment = {k: v for k, v in os.environ.items() if k != PURE_ENV} | (env or {})
@@ -33,7 +35,8 @@ def probe(root: Path, env: dict[str, str] | None = None) -> tuple[bool, str, str
         [sys.executable, "-c", PROBE], env=environment, cwd=root, capture_output=True,
         text=True, check=True, timeout=120,
     )
-    compiled, path = json.loads(done.stdout)
+    compiled, path, codec = json.loads(done.stdout)
+    assert codec.endswith(".py") == path.endswith(".py"), (codec, path)
     return compiled, path, done.stderr
 
 
