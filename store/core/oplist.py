@@ -247,19 +247,13 @@ class OpList:
                 first = op[2]
                 if type(first) is not int:
                     raise InvalidRequest("increment delta must be an integer")
-                if key in read_keys:
-                    index = read_keys[key]
-                else:
-                    index = read_keys[key] = len(read_keys)
+                index = read_keys.setdefault(key, len(read_keys))  # its slot in the read batch
                 parsed.append((INCREMENT, key, first, None, index))
                 keys[key] = None
                 written[key] = None
                 continue
             if code == GET:
-                if key in read_keys:
-                    index = read_keys[key]
-                else:
-                    index = read_keys[key] = len(read_keys)
+                index = read_keys.setdefault(key, len(read_keys))
                 parsed.append((GET, key, None, None, index))
                 keys[key] = None
                 continue
@@ -267,10 +261,7 @@ class OpList:
             second = op[3] if arity > 2 else None
             index = -1
             if code in (APPEND, CAS):
-                if key in read_keys:
-                    index = read_keys[key]
-                else:
-                    index = read_keys[key] = len(read_keys)
+                index = read_keys.setdefault(key, len(read_keys))
                 if code == APPEND:
                     check_value(first, settings)
                 else:
