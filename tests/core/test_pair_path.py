@@ -16,7 +16,9 @@ import pytest
 
 from store.core.errors import Status
 from store.core.participant import PREPARED, REFUSED
+from store.core.partition import PrefixPartitioner
 from store.core.vclock import VectorClock
+from store.protocol.messages import PrepareRequest
 from store.sim.local import LocalCluster
 
 
@@ -233,3 +235,30 @@ def test_a_key_only_read_elsewhere_that_changes_before_the_second_round_aborts()
     assert [cluster.get(key) for key in (a, b, c)] == [1, 99, 3]
     cluster.run_for(50_000_000)
     assert all(cluster.replica(s).store.locked_count() == 0 for s in range(3))
+
+
+@pytest.mark.patches_core
+def test_a_replicated_tables_key_is_read_where_the_pair_path_runs() -> None:
+    """A replicated table is on every shard: the coordinator reads its key itself, and the
+    other shard is asked for its own key only (one prepare, no read of the replicated key
+    there, whichever shard that key hashes to)."""
+    partitioner = PrefixPartitioner(2, field=1, replicated_tables=["item"])
+    cluster = LocalCluster(shards=2, partitioner=partitioner)
+    items = [f"item/{i}" for i in range(8)]
+    # A replicated key whose routing hash names the other shard: read there, it would be
+    # a read the other shard answers; here it must not be.
+    item = next(key for key in items if partitioner.shard_of(key) == 1)
+    cluster.preload({item: 7, "t/0/a": 1, "t/1/b": 2})
+    prepares: list[PrepareRequest] = []
+    leader = cluster.replica(1)
+    receive: Callable[..., Any] = leader.receive
+
+    def recording(now_ns: int, src: str, message: Any) -> None:
+        if isinstance(message, PrepareRequest):
+            prepares.append(message)
+        receive(now_ns, src, message)
+
+    leader.receive = recording  # type: ignore[method-assign]
+    result = cluster.ops([["get", item], ["increment", "t/0/a", 1], ["get", "t/1/b"]], shard=0)
+    assert result == [7, 2, 2]
+    assert [(p.reads, p.locks) for p in prepares] == [(["t/1/b"], [])]
