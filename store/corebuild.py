@@ -29,13 +29,12 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _why_source() -> str | None:
+def _why_source(digests: dict[str, str]) -> str | None:
     """Why this process must run the source although a compiled build is there (None:
-    it need not)."""
+    it need not). ``digests``: the manifest's, by module."""
     if os.environ.get(PURE_ENV) == "1":
         return f"{PURE_ENV}=1"
-    for line in MANIFEST.read_text().splitlines():
-        module, digest = line.split()
+    for module, digest in digests.items():
         path = source_path(module)
         if not path.exists() or source_digest(path) != digest:
             return f"{path} changed since the compiled build; rebuild it: pip install -e ."
@@ -60,15 +59,16 @@ def choose_build() -> None:
     """Run once, by store/core/__init__.py, before any module of the core is imported."""
     if not MANIFEST.exists():
         return  # built without mypyc (or not built): the source is all there is
-    reason = _why_source()
+    digests = dict(line.split() for line in MANIFEST.read_text().splitlines())
+    reason = _why_source(digests)
     if reason is None:
         return
-    modules = {line.split()[0] for line in MANIFEST.read_text().splitlines()}
-    sys.meta_path.insert(0, _SourceFinder(modules))
+    sys.meta_path.insert(0, _SourceFinder(set(digests)))
     if not reason.startswith(PURE_ENV):
-        warnings.warn(f"store.core runs from source: {reason}", RuntimeWarning, stacklevel=2)
-
-
+        warnings.warn(
+            f"store.core and store.protocol run from source: {reason}", RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def compiled() -> bool:

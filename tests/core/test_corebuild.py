@@ -56,7 +56,7 @@ def test_the_build_runs_compiled_when_its_sources_are_unchanged() -> None:
     assert store.core.compiled() or os.environ.get(PURE_ENV) == "1"
     compiled, path, stderr = probe(REPO)
     assert compiled and not path.endswith(".py"), path
-    assert "runs from source" not in stderr
+    assert "run from source" not in stderr
 
 
 @needs_build
