@@ -626,6 +626,9 @@ class Coordinator(Execution):
     def _decide(self, now_ns: int, txn: Transaction) -> None:
         """Every lock is held and every read validated: the transaction is certified."""
         txn.phase = DECIDED
+        # The client waits for the commit, which waits for every shard's record: each
+        # participant hurries its batch as this shard does (``_certified``).
+        hurry = not (txn.want_certified and self.settings.speculation)
         for shard, writes in sorted(txn.write_shards.items()):
             if shard == self.shard:
                 self.participant.install(txn.txn_id, writes, txn.vc, txn.epoch)
@@ -635,7 +638,7 @@ class Coordinator(Execution):
                     now_ns,
                     txn.txn_id,
                     shard,
-                    InstallRequest(txn.txn_id, writes, txn.vc, txn.epoch, txn.durable),
+                    InstallRequest(txn.txn_id, writes, txn.vc, txn.epoch, txn.durable, hurry),
                 )
         self._certified(now_ns, txn, txn.vc, txn.full_vc)
 

@@ -1002,6 +1002,8 @@ class ShardLeader:
         if self.vw.learn_entries(dict(message.durable.items()), message.epoch):
             self.waits.release()
         self.participant.install(message.txn_id, message.writes, message.vc, message.epoch)
+        if message.hurry:
+            self._hurry_stream(now_ns)
         reply = InstallReply(message.txn_id, self.shard, self.reply_watermark())
         self._outbox.append((src, reply))
 

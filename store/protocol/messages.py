@@ -229,9 +229,12 @@ class ValidateReply(Message):
 
 class InstallRequest(Message):
     """``durable``: the clock entries the coordinator dropped from ``vc`` because they were
-    at or below its vector watermark; the participant learns them as watermarks."""
+    at or below its vector watermark; the participant learns them as watermarks. ``hurry``:
+    the transaction's client waits for its commit (not for its certification), so the
+    participant's stream closes the batch holding these writes on the next tick of the
+    shorter delay (StreamLeader.hurry), as the coordinator's own does."""
 
-    __slots__ = ("durable", "epoch", "txn_id", "vc", "writes")
+    __slots__ = ("durable", "epoch", "hurry", "txn_id", "vc", "writes")
 
     def __init__(
         self,
@@ -240,12 +243,14 @@ class InstallRequest(Message):
         vc: VectorClock,
         epoch: int,
         durable: VectorClock,
+        hurry: bool,
     ) -> None:
         self.txn_id = txn_id
         self.writes = writes
         self.vc = vc
         self.epoch = epoch
         self.durable = durable
+        self.hurry = hurry
 
 
 class InstallReply(Message):

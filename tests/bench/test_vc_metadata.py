@@ -23,7 +23,7 @@ def clock_bytes(clock: VectorClock) -> int:
 def test_the_share_is_the_message_minus_the_message_with_empty_clocks() -> None:
     vc = VectorClock({0: 5, 3: 70_000, 9: 1})
     durable = VectorClock({1: 300})
-    data = codec.encode(InstallRequest(7, [("k/1", 1, False)], vc, 0, durable))
+    data = codec.encode(InstallRequest(7, [("k/1", 1, False)], vc, 0, durable, False))
     share, by_field, clocks = clock_share(data)
     assert share == clock_bytes(vc) + clock_bytes(durable)
     assert by_field == {"InstallRequest.vc": clock_bytes(vc),

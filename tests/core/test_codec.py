@@ -51,7 +51,7 @@ MESSAGES = [
     LockReply(9, 1, True, 44, VC, 40),
     ValidateRequest(9, [("t/a", 4)], [("t/", "t0", 5, [("t/a", 4)])], VC),
     ValidateReply(9, 1, False, 40),
-    InstallRequest(9, [("t/a", 1, False), ("t/b", None, True)], VC, 3, VectorClock({1: 2})),
+    InstallRequest(9, [("t/a", 1, False), ("t/b", None, True)], VC, 3, VectorClock({1: 2}), True),
     InstallReply(9, 1, 41),
     AbortRequest(9),
     AbortReply(9, 0),
@@ -88,7 +88,7 @@ def test_every_message_round_trips(message) -> None:
         msgpack.packb([1, "c", -1, "", [], False]),
         msgpack.packb([1, "c", 1, "", "args", False]),
         msgpack.packb([5, 1, ["ok", 3]]),
-        msgpack.packb([9, 1, [["k", 1]], [0, 1], 0, []]),  # a write of two fields
+        msgpack.packb([9, 1, [["k", 1]], [0, 1], 0, [], False]),  # a write of two fields
         msgpack.packb([4, 1, 1, 1, [["k", 1, None, False, [1], 0]], [], 0]),
         msgpack.packb({"a": 1}),
         msgpack.packb([24, 9, 1, 7, 0, [], [], 0]),  # a prepare status that does not exist
@@ -125,5 +125,5 @@ def test_corrupted_messages_never_raise_anything_but_invalid_request(data, at, b
 
 
 def test_the_malformed_install_differs_from_a_valid_one_only_in_its_write() -> None:
-    valid = codec.decode(msgpack.packb([9, 1, [["k", 1, False]], [0, 1], 0, []]))
+    valid = codec.decode(msgpack.packb([9, 1, [["k", 1, False]], [0, 1], 0, [], False]))
     assert isinstance(valid, InstallRequest) and valid.writes == [("k", 1, False)]
