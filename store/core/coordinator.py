@@ -531,11 +531,12 @@ class Coordinator(Execution):
                     self._certified(now_ns, txn, clocks[0], clocks[1])
             else:
                 txn.phase = SOLO
+                hurry = not (txn.want_certified and self.settings.speculation)
                 self._request(
                     now_ns,
                     txn.txn_id,
                     shard,
-                    SoloRequest(txn.txn_id, reads, scans, writes, txn.read_vc, txn.epoch),
+                    SoloRequest(txn.txn_id, reads, scans, writes, txn.read_vc, txn.epoch, hurry),
                 )
             return
         if not txn.write_shards:

@@ -1030,6 +1030,8 @@ class ShardLeader:
         if clocks is None:
             reply = SoloReply(message.txn_id, self.shard, False, EMPTY, self.reply_watermark(), EMPTY)
         else:
+            if message.hurry and message.writes:
+                self._hurry_stream(now_ns)  # as for an InstallRequest
             vc, full = clocks
             durable = VectorClock({s: c for s, c in full.items() if vc[s] != c})
             reply = SoloReply(message.txn_id, self.shard, True, vc, self.reply_watermark(), durable)

@@ -144,7 +144,7 @@ class StreamSettings:
     # (RMW mean -1 to -2.5 ms) in three alternating pairs, -1.5 and -1.9% in two pairs in a
     # slow spell of the machine (the batch wait saved went to CPU queueing); every batch at
     # 2 ms cost more in CPU queueing (read-only mean 1.9 -> 3.6 ms) than it saved
-    # (2026-12-04). A participant shard hurries too (InstallRequest.hurry): its batch
+    # (2026-12-04). A participant shard hurries too (InstallRequest.hurry, SoloRequest's): its batch
     # holding the same transaction's writes waited its own 20 ms delay whenever none of its
     # own clients waited (geo3, 8 clients waiting for commit: read-modify-write mean 60.3 ->
     # 54.7 ms, p99 74.4 -> 60.4, 2026-12-05).

@@ -278,9 +278,10 @@ class AbortReply(Message):
 
 
 class SoloRequest(Message):
-    """Lock, validate and install in one step at the only participant shard."""
+    """Lock, validate and install in one step at the only participant shard. ``hurry``: as
+    InstallRequest's (the client waits for the commit of these writes)."""
 
-    __slots__ = ("epoch", "read_vc", "reads", "scans", "txn_id", "writes")
+    __slots__ = ("epoch", "hurry", "read_vc", "reads", "scans", "txn_id", "writes")
 
     def __init__(
         self,
@@ -290,6 +291,7 @@ class SoloRequest(Message):
         writes: list[Write],
         read_vc: VectorClock,
         epoch: int,
+        hurry: bool,
     ) -> None:
         self.txn_id = txn_id
         self.reads = reads
@@ -297,6 +299,7 @@ class SoloRequest(Message):
         self.writes = writes
         self.read_vc = read_vc
         self.epoch = epoch
+        self.hurry = hurry
 
 
 class SoloReply(Message):

@@ -55,7 +55,7 @@ MESSAGES = [
     InstallReply(9, 1, 41),
     AbortRequest(9),
     AbortReply(9, 0),
-    SoloRequest(9, [("t/a", 4)], [], [("t/a", 2, False)], VC, 0),
+    SoloRequest(9, [("t/a", 4)], [], [("t/a", 2, False)], VC, 0, True),
     SoloReply(9, 0, True, VC, 41, VectorClock({3: 1})),
     Gossip(2, {0: 5, 2: 7}),
     Gossip(3, {0: 5, 1: 7}, 9, 4),
