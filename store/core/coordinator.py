@@ -184,7 +184,7 @@ class Coordinator(Execution):
             txn = self._txns[txn_id]
             txn.reply_to = src
             txn.want_certified |= submit.want_certified
-            if txn.certified and txn.want_certified and self.settings.speculation:
+            if txn.certified and not self._waits_for_commit(txn):
                 self._reply(src, Outcome(txn.seq, Status.CERTIFIED, None, txn.vc, ""))
             return
         if len(self._by_client) >= self.settings.txns_in_flight_max or not self.admits():
@@ -531,12 +531,14 @@ class Coordinator(Execution):
                     self._certified(now_ns, txn, clocks[0], clocks[1])
             else:
                 txn.phase = SOLO
-                hurry = not (txn.want_certified and self.settings.speculation)
                 self._request(
                     now_ns,
                     txn.txn_id,
                     shard,
-                    SoloRequest(txn.txn_id, reads, scans, writes, txn.read_vc, txn.epoch, hurry),
+                    SoloRequest(
+                        txn.txn_id, reads, scans, writes, txn.read_vc, txn.epoch,
+                        self._waits_for_commit(txn),
+                    ),
                 )
             return
         if not txn.write_shards:
@@ -627,9 +629,9 @@ class Coordinator(Execution):
     def _decide(self, now_ns: int, txn: Transaction) -> None:
         """Every lock is held and every read validated: the transaction is certified."""
         txn.phase = DECIDED
-        # The client waits for the commit, which waits for every shard's record: each
-        # participant hurries its batch as this shard does (``_certified``).
-        hurry = not (txn.want_certified and self.settings.speculation)
+        # A client waiting for the commit waits for every shard's record: each participant
+        # hurries its batch as this shard does (``_certified``).
+        hurry = self._waits_for_commit(txn)
         for shard, writes in sorted(txn.write_shards.items()):
             if shard == self.shard:
                 self.participant.install(txn.txn_id, writes, txn.vc, txn.epoch)
@@ -701,10 +703,15 @@ class Coordinator(Execution):
         # A transaction already durable (a read of durable data, say) is answered COMMITTED
         # at once, without a CERTIFIED first that would cost the client a second request.
         if self._wait_or_commit(txn):
-            if txn.want_certified and self.settings.speculation:
+            if not self._waits_for_commit(txn):
                 self._reply(txn.reply_to, Outcome(txn.seq, Status.CERTIFIED, txn.result_value, vc, ""))
             elif self.commit_awaited is not None:
                 self.commit_awaited(now_ns)
+
+    def _waits_for_commit(self, txn: Transaction) -> bool:
+        """Whether ``txn``'s client hears nothing before the commit: it did not ask for the
+        certified answer, or speculation is off (then certification waits for the commit)."""
+        return not (txn.want_certified and self.settings.speculation)
 
     def _wait_or_commit(self, txn: Transaction) -> bool:
         """Commits ``txn`` if its clock is under the watermark; True if it must wait."""

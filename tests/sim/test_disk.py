@@ -127,7 +127,8 @@ def test_a_replica_that_led_after_its_snapshot_must_not_restore_it(
     than what it led with. Seeds 13, 53 and 77 of 0-119 of a plain crash run broke so on
     2026-12-02, seed 83 on 2026-12-03, seed 233 on 2026-12-04, seed 221 once commit-waiting
     clients hurried their batches, seed 51 once commits rode on Accepts, seed 11 with 20 ms
-    batches, seed 68 with hurried batches on the clock's ticks (a follower diverged from its leader, a broken
+    batches, seed 68 with hurried batches on the clock's ticks, seed 171 once participants
+    hurried for the coordinator's waiting clients (a follower diverged from its leader, a broken
     invariant; unbroken they are clean); schedules drift with changes: later seeds are
     searched if the pinned one no longer shows it (tests/sim/seeds.py)."""
     from store.core.follower import ShardFollower
@@ -136,4 +137,4 @@ def test_a_replica_that_led_after_its_snapshot_must_not_restore_it(
         ShardFollower, "may_restore",
         staticmethod(lambda state, acceptor, address: state.cluster_map is not None),
     )
-    caught(replace(WHOLE, scenario=None), [68], None)
+    caught(replace(WHOLE, scenario=None), [171], None)
