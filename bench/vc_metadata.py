@@ -146,8 +146,6 @@ class UniformWorkload:
 # ---- the clocks' share of a message --------------------------------------------------------
 
 
-
-
 def _without_clocks(value: Any) -> tuple[Any, int]:
     """``value`` with every vector clock in it (nested in lists and tuples too) replaced by
     an empty one, and how many clocks there were."""
