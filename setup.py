@@ -1,5 +1,6 @@
-"""Build of Meridian's C extensions: the RPC protocol core (native/, docs/rpc.md) and the
-protocol cores of ``store.core`` compiled by mypyc (docs/performance.md).
+"""Build of Meridian's C extensions: the RPC protocol core (native/, docs/rpc.md), and the
+protocol cores of ``store.core`` with the per-request path around them compiled by mypyc
+(docs/performance.md).
 
 Everything else about the package lives in pyproject.toml. Set MERIDIAN_SANITIZE=1 to build
 the RPC extension with AddressSanitizer and UndefinedBehaviorSanitizer (see docs/rpc.md for
@@ -41,8 +42,22 @@ extensions = [
 # takes whatever a procedure passes and checks it (InvalidRequest), where compiled code
 # would refuse a value its annotation does not allow with a TypeError first (the operation
 # lists, which it shares its checks with, are in the compiled store/core/oplist.py).
+# Beside them the per-request path of servers and clients outside the core: the SDK's
+# protocol (not store/client/client.py, whose public methods check what an application
+# passes), the replica host, and the RPC core's Python side (the simulator's transport too:
+# the simulator runs what production runs).
 INTERPRETED = {"__init__.py", "txn.py"}
 COMPILED_PACKAGES = ("store/core", "store/protocol")
+COMPILED_MODULES = (
+    "store/client/protocol.py",
+    "store/node/host.py",
+    "store/rpc/aio.py",
+    "store/rpc/endpoint.py",
+    "store/rpc/sim.py",
+    "store/rpc/udp.py",
+)
+# Extensions built here that are not mypyc's.
+NOT_MYPYC = {"store.rpc._native"}
 manifest = Path("store/core/_compiled.txt")
 # Not in a sanitizer build (it is for the RPC extension: tests/rpc/test_rpc_sanitized_suite.py
 # builds it from a tree holding only setup.py and native/).
@@ -53,16 +68,18 @@ if (
 ):
     from mypyc.build import mypycify
 
-    core = {
-        ".".join(path.with_suffix("").parts): path
+    sources = [
+        path
         for package in COMPILED_PACKAGES
         for path in sorted(Path(package).rglob("*.py")) if path.name not in INTERPRETED
-    }
+    ] + [Path(module) for module in COMPILED_MODULES]
+    core = {".".join(path.with_suffix("").parts): path for path in sources}
     # A module compiled by an earlier build and no longer (or one built before it moved):
     # its extension would be imported instead of its source.
-    for built in (so for package in COMPILED_PACKAGES for so in Path(package).rglob("*.so")):
+    directories = {*COMPILED_PACKAGES, *(str(Path(module).parent) for module in COMPILED_MODULES)}
+    for built in (so for directory in directories for so in Path(directory).rglob("*.so")):
         name = ".".join(built.with_name(built.name.split(".")[0]).parts)
-        if name not in core and not built.name.startswith("_compiled__mypyc"):
+        if name not in core and name not in NOT_MYPYC and not built.name.startswith("_compiled__mypyc"):
             built.unlink()
     manifest.write_text("".join(
         f"{name} {hashlib.sha256(path.read_bytes()).hexdigest()}\n" for name, path in core.items()

@@ -1,6 +1,7 @@
-"""Which build of ``store.core`` this process runs: compiled or source (see
-``store/core/__init__.py``). Outside ``store.core`` because it reads the environment and
-files, which the core itself never does (DESIGN.md §7)."""
+"""Which build of the compiled modules (``store.core``, ``store.protocol`` and the per-request
+path around them, setup.py) this process runs: compiled or source (see
+``store/core/__init__.py``). Run by ``store/__init__.py``; outside ``store.core`` because it
+reads the environment and files, which the core itself never does (DESIGN.md §7)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 
 
 def choose_build() -> None:
-    """Run once, by store/core/__init__.py, before any module of the core is imported."""
+    """Run once, by store/__init__.py, before any compiled module is imported."""
     if not MANIFEST.exists():
         return  # built without mypyc (or not built): the source is all there is
     digests = dict(line.split() for line in MANIFEST.read_text().splitlines())
@@ -66,7 +67,7 @@ def choose_build() -> None:
     sys.meta_path.insert(0, _SourceFinder(set(digests)))
     if not reason.startswith(PURE_ENV):
         warnings.warn(
-            f"store.core and store.protocol run from source: {reason}", RuntimeWarning,
+            f"store.core, store.protocol and the modules compiled with them run from source: {reason}", RuntimeWarning,
             stacklevel=2,
         )
 

@@ -10,8 +10,10 @@ SHARED = REPO.parent / "shared"
 
 def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
     """Tests marked ``patches_core`` break a rule on purpose by patching a class or function
-    of ``store.core``, which the compiled build (docs/performance.md) does not allow: they
-    run only where the core runs from source, ``MERIDIAN_PURE_PYTHON=1`` (.ci/run's second
+    of a compiled module (``store.core``, ``store.protocol``, the host, the RPC core's
+    Python side: setup.py), or hand one a scripted stand-in for a collaborator its
+    annotations name, neither of which the compiled build (docs/performance.md) allows: they
+    run only where those run from source, ``MERIDIAN_PURE_PYTHON=1`` (.ci/run's second
     pass); elsewhere they are skipped, saying so."""
     import pytest
 

@@ -328,22 +328,24 @@ class ClientProtocol:
             self.stats["attempts"] += 1
             try:
                 return (yield from self.attempt(pending, speculative, attempt, detailed))
-            except Aborted as exc:
+            # One name per except clause: compiled (setup.py), a name bound by two clauses
+            # of different types is typed by the first.
+            except Aborted as aborted:
                 if attempt > self.settings.retries_max:
-                    exc.attempts = attempt
+                    aborted.attempts = attempt
                     raise
                 self.stats["conflict_retries"] += 1
-            except Unavailable as exc:
+            except Unavailable as unreachable:
                 unavailable += 1
                 if unavailable > self.settings.unavailable_retries_max or not self.cm_members:
-                    exc.attempts = attempt
+                    unreachable.attempts = attempt
                     raise
                 if not (yield from self.refresh_config()):
-                    exc.attempts = attempt
+                    unreachable.attempts = attempt
                     raise
                 self.stats["unavailable_retries"] += 1
-            except MeridianError as exc:
-                exc.attempts = attempt
+            except MeridianError as failed:
+                failed.attempts = attempt
                 raise
             yield Sleep(backoff * (0.5 + self.rng.random()))
             backoff = min(backoff * 2, self.settings.backoff_max_s)
@@ -436,7 +438,6 @@ class ClientProtocol:
         says how long it waited after certification (``Outcome.waited_ns``), which gives
         ``certified_s`` without a CERTIFIED answer first. (``detailed`` is kept for the
         callers' sake: every result now carries both times.)"""
-        del detailed
         outcome = yield from self.exchange(pending, want_certified=speculative)
         certified_s = self.clock() - pending.started
         if outcome.status == Status.CERTIFIED:
@@ -500,8 +501,8 @@ class ClientProtocol:
                 answer = yield Call(
                     address, wire.SUBMIT, payload, min(remaining, settings.attempt_timeout_s)
                 )
-            except MessageTooLarge as exc:  # the limit differs from request_bytes_max
-                raise InvalidRequest(f"the transaction's request is too large: {exc}") from None
+            except MessageTooLarge as too_large:  # the limit differs from request_bytes_max
+                raise InvalidRequest(f"the transaction's request is too large: {too_large}") from None
             except RpcError as exc:
                 # A lost request or answer, or a dead session (the leader was slow, restarted
                 # or unreachable): ask again under the same id while time remains; the
@@ -520,8 +521,8 @@ class ClientProtocol:
                 continue
             try:
                 outcome = codec.decode(answer)
-            except InvalidRequest as exc:
-                raise self._unknown(pending, f"undecodable answer: {exc}") from None
+            except InvalidRequest as undecodable:
+                raise self._unknown(pending, f"undecodable answer: {undecodable}") from None
             if not isinstance(outcome, Outcome) or outcome.seq not in (original.seq, 0):
                 raise self._unknown(pending, "unexpected answer")
             if outcome.status == Status.UNAVAILABLE and outcome.seq == 0 and sent_before:

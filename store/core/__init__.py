@@ -3,8 +3,9 @@
 The modules of this package (and of ``store.core.paxos`` and ``store.protocol``), all but
 the ``__init__`` files and ``txn.py`` (the ``tx`` API procedures call, see
 ``store.core.oplist``), are compiled to C by mypyc when the package is built (setup.py;
-docs/performance.md): the same source, run about 2.5 to 4 times faster. This file decides,
-before any of them is imported, which build runs:
+docs/performance.md): the same source, run about 2.5 to 4 times faster; the per-request path
+around them (the SDK's protocol, the replica host, the RPC core's Python side) with them.
+``store/__init__.py`` decides, before any of them is imported, which build runs:
 
 * the compiled one, when its extension modules are there and every source file is the one
   they were compiled from (``_compiled.txt``, written by the build, holds each file's
@@ -18,8 +19,6 @@ before any of them is imported, which build runs:
 ``compiled()`` says which one this process runs.
 """
 
-from store.corebuild import choose_build, compiled
-
-choose_build()
+from store.corebuild import compiled
 
 __all__ = ["compiled"]

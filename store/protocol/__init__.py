@@ -13,10 +13,7 @@ replica, the configuration manager or Paxos (``tests/client/test_imports.py``). 
 messages stay with Paxos (``store.core.paxos.messages``): only servers exchange them. Use it
 as ``from store.protocol import codec``.
 
-Its modules (all but this file) are compiled with the core (setup.py, docs/performance.md),
-so this file imports ``store.core``'s own first: that decides, before any of them loads,
-whether the compiled build or the source runs (``store/core/__init__.py``). It loads no
-core module.
+Its modules (all but this file) are compiled with the core (setup.py, docs/performance.md);
+``store/__init__.py`` chooses, before any of them loads, whether the compiled build or the
+source runs.
 """
-
-import store.core  # noqa: F401  (chooses the build; see above)

@@ -77,6 +77,10 @@ class Rpc(RpcBase):
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
+        # How often the core's timer woke this endpoint (retransmissions, connects, session
+        # timeouts, packets held by fault injection): a client with requests outstanding
+        # must not turn into a busy loop.
+        self.timer_wakes = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._fd = transport.fileno()
         if self._fd is not None:
@@ -183,6 +187,7 @@ class Rpc(RpcBase):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = -1
+        self.timer_wakes += 1
         if self._closed:
             return
         now = _monotonic_ns()

@@ -37,7 +37,7 @@ from store.core.errors import MeridianError, OutcomeUnknown
 from store.core.partition import Partitioner
 from store.protocol.messages import Outcome, SnapshotRead, SnapshotReply
 from store.rpc import Nexus, RequestTimeout, RpcError, RpcSettings, Session, SessionClosed
-from store.sim.cluster import SimEndpoint
+from store.sim.cluster import sim_endpoint
 from store.sim.loop import Simulator
 from store.sim.network import MS, Network
 from store.sim.workloads import Operation
@@ -97,7 +97,7 @@ class SdkProcess:
         self.sim = sim
         self.address = address
         network.add(address, region)
-        self.rpc = SimEndpoint(Nexus(), network, address, rpc_settings)
+        self.rpc = sim_endpoint(Nexus(), network, address, rpc_settings)
         self.protocol = ClientProtocol(
             client_id or address, leaders, partitioner, settings, self._clock, sim.rng,
             cm_members, rpc_settings.msg_size_max,

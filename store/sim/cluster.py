@@ -2,7 +2,7 @@
 
 A ``SimServer`` is what ``store/node/server.py`` is, minus the operating system: the same
 ``ReplicaHost`` (``store.node.host``) on an RPC endpoint that runs the real C core
-(``SimEndpoint``, a ``store.rpc.sim.SimRpc`` on the simulated network), with Paxos messages
+(``sim_endpoint``: a ``store.rpc.sim.SimRpc`` on the simulated network), with Paxos messages
 batched and encoded as the gRPC replication transport sends them (``SimStream``), and
 timers on virtual time. Every message between processes crosses the network as the bytes
 production sends. ``SimCluster`` builds the servers of a cluster: a leader of every shard in
@@ -57,15 +57,11 @@ def cm_address(region: str) -> str:
     return f"{region}/cm"
 
 
-class SimEndpoint(SimRpc):
+def sim_endpoint(
+    nexus: Nexus, network: Network, address: str, settings: RpcSettings | None
+) -> SimRpc:
     """An RPC endpoint on the cluster simulator's network, which it asks to be woken."""
-
-    network: Network
-
-    def _request_flush(self) -> None:
-        super()._request_flush()
-        if not self._in_dispatch and not self._closed:
-            self.network.arm(self.address)
+    return SimRpc(nexus, network, address, settings, wake=network.arm)
 
 
 class SimStream:
@@ -142,7 +138,7 @@ class SimServer:
         self._on_fatal = on_fatal
         network.add(self.address, region)
         nexus = Nexus()
-        self.rpc = SimEndpoint(nexus, network, self.address, rpc_settings)
+        self.rpc = sim_endpoint(nexus, network, self.address, rpc_settings)
         self.stream = SimStream(sim, network, self.address, self._on_stream)
         self.host = ReplicaHost(
             replica,

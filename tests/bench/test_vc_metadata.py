@@ -64,6 +64,7 @@ def test_stream_share_is_the_records_clocks() -> None:
     assert result["stream_bytes"] == len(data)
 
 
+@pytest.mark.patches_core  # the meter wraps the simulated servers' RPC endpoints
 def test_a_small_run_in_one_and_three_regions() -> None:
     one = row(4, 1, 1, 150, 8)
     three = row(4, 3, 1, 600, 8)

@@ -17,6 +17,7 @@ from store.core.txn import Procedures
 from store.node.host import ReplicaHost
 from store.protocol import codec
 from store.protocol.messages import AwaitOutcomes, Message, Outcome, Outcomes, Submit
+from tests.node.helpers import idle_endpoint
 
 FOLLOWERS = ["eu", "ap"]
 START_NS = 2_000_000_000  # past a new leader's lease wait: it may tell clients COMMITTED
@@ -54,7 +55,7 @@ class _Shard:
         for i in range(4):
             leader.preload(f"k{i}", 0)
         self.host = ReplicaHost(
-            leader, rpc=None, timers=self.timers,  # type: ignore[arg-type]
+            leader, rpc=idle_endpoint(), timers=self.timers,
             peer_address=lambda address: address,
             stream_send=lambda dst, message: self.paxos.append((dst, message)),
             request_bytes_max=1 << 20, on_fatal=self._fatal,
@@ -129,7 +130,7 @@ def test_an_await_naming_a_transaction_the_leader_does_not_know_is_answered_at_o
 
 def test_an_await_to_a_process_that_is_no_leader_lets_the_client_ask_by_submit() -> None:
     host = ReplicaHost(
-        ShardFollower(0, "f/0"), rpc=None, timers=_Timers(),  # type: ignore[arg-type]
+        ShardFollower(0, "f/0"), rpc=idle_endpoint(), timers=_Timers(),
         peer_address=lambda address: address, stream_send=None, request_bytes_max=1 << 20,
         on_fatal=lambda exc: None,
     )

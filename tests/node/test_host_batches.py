@@ -14,7 +14,7 @@ from store.node.host import ReplicaHost
 from store.protocol import codec
 from store.protocol.messages import Gossip, ReadReply, ReadRequest
 from store.rpc import Nexus
-from store.sim.cluster import SimEndpoint
+from store.sim.cluster import sim_endpoint
 from store.sim.local import LocalCluster
 from store.sim.network import MS
 from store.sim.run import SimOptions, run_many
@@ -28,6 +28,7 @@ def _settle(cluster: LocalCluster, done: Any) -> None:
     raise AssertionError("did not settle")
 
 
+@pytest.mark.patches_core  # counts by patching the host, which runs compiled elsewhere
 def test_peer_batches_are_sent_in_simulated_runs_and_every_history_checks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -51,7 +52,7 @@ def test_a_malformed_peer_batch_is_answered_empty_and_a_bad_item_alone_is_refuse
     cluster = LocalCluster(shards=1)
     cluster.preload({"t/a": 1})
     cluster.network.add("peer/raw", "us")
-    rpc = SimEndpoint(Nexus(), cluster.network, "peer/raw", cluster.cluster.rpc_settings)
+    rpc = sim_endpoint(Nexus(), cluster.network, "peer/raw", cluster.cluster.rpc_settings)
     session = rpc.create_session(cluster.leaders[0])
     answers: list[bytes | None] = []
     read = codec.encode(ReadRequest(7, 1, ["t/a"], []))

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from store.core.errors import Status
 from store.core.paxos import NOOP, Accept, Accepted, Ballot, Prepare
 from store.core.ready import Ready
@@ -14,6 +16,9 @@ from store.core.vclock import EMPTY
 from store.node.host import PEER_REPLY_PREFIX, ReplicaHost
 from store.protocol import codec
 from store.protocol.messages import Outcome
+
+# The host is given a scripted replica and RPC endpoint, which its compiled build refuses.
+pytestmark = pytest.mark.patches_core
 
 BALLOT = Ballot(1, "leader/0")
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from store import wire
 from store.core.errors import Status
 from store.core.follower import ShardFollower
 from store.node.host import ReplicaHost
 from store.protocol import codec
 from store.protocol.messages import Outcome, SnapshotRead
+from store.rpc import ReqHandle
+from tests.node.helpers import idle_endpoint
 
 
 class _Timers:
@@ -22,14 +25,15 @@ class _Timers:
 
 def _host(replica: Any) -> ReplicaHost:
     return ReplicaHost(
-        replica, rpc=None, timers=_Timers(),  # type: ignore[arg-type]
+        replica, rpc=idle_endpoint(), timers=_Timers(),
         peer_address=lambda address: address, stream_send=None, request_bytes_max=1 << 20,
         on_fatal=lambda exc: None,
     )
 
 
 def _answer(host: ReplicaHost, payload: bytes) -> Outcome:
-    reply = host._on_snapshot(None, payload)  # type: ignore[arg-type]
+    handle = ReqHandle(host.rpc, session=0, generation=0, req_num=0, req_type=wire.SNAPSHOT)
+    reply = host._on_snapshot(handle, payload)
     assert reply is not None
     outcome = codec.decode(reply)
     assert isinstance(outcome, Outcome)
