@@ -79,8 +79,9 @@ if (
     directories = {*COMPILED_PACKAGES, *(str(Path(module).parent) for module in COMPILED_MODULES)}
     for built in (so for directory in directories for so in Path(directory).rglob("*.so")):
         name = ".".join(built.with_name(built.name.split(".")[0]).parts)
-        if name not in core and name not in NOT_MYPYC and not built.name.startswith("_compiled__mypyc"):
-            built.unlink()
+        if name in core or name in NOT_MYPYC or built.name.startswith("_compiled__mypyc"):
+            continue
+        built.unlink()
     manifest.write_text("".join(
         f"{name} {hashlib.sha256(path.read_bytes()).hexdigest()}\n" for name, path in core.items()
     ))

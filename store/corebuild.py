@@ -67,7 +67,9 @@ def choose_build() -> None:
     sys.meta_path.insert(0, _SourceFinder(set(digests)))
     if not reason.startswith(PURE_ENV):
         warnings.warn(
-            f"store.core, store.protocol and the modules compiled with them run from source: {reason}", RuntimeWarning,
+            "store.core, store.protocol and the modules compiled with them run from source: "
+            f"{reason}",
+            RuntimeWarning,
             stacklevel=2,
         )
 
