@@ -16,17 +16,19 @@ import store.core
 from store.corebuild import MANIFEST, PURE_ENV
 from tests.conftest import REPO
 
-# The codec first: store.protocol is compiled with the core, and importing it before
-# store.core must choose the build all the same (store/protocol/__init__.py).
+# The RPC endpoint and the codec first: they are compiled with the core, and importing them
+# before store.core must choose the build all the same (store/__init__.py chooses it).
 PROBE = (
-    "import json, store.protocol.codec as c, store.core, store.core.participant as p; "
-    "print(json.dumps([store.core.compiled(), p.__file__, c.__file__]))"
+    "import json, store.rpc.endpoint as e, store.protocol.codec as c, store.core, "
+    "store.core.participant as p; "
+    "print(json.dumps([store.core.compiled(), p.__file__, [c.__file__, e.__file__]]))"
 )
 
 
 def probe(root: Path, env: dict[str, str] | None = None) -> tuple[bool, str, str]:
     """(compiled, the participant module's file, stderr) of a fresh process importing the
-    ``store`` package found under ``root``; the codec, imported first, runs the same build."""
+    ``store`` package found under ``root``; the RPC endpoint and the codec, imported first,
+    run the same build."""
     import json
 
     environment = {k: v for k, v in os.environ.items() if k != PURE_ENV} | (env or {})
@@ -35,8 +37,9 @@ def probe(root: Path, env: dict[str, str] | None = None) -> tuple[bool, str, str
         [sys.executable, "-c", PROBE], env=environment, cwd=root, capture_output=True,
         text=True, check=True, timeout=120,
     )
-    compiled, path, codec = json.loads(done.stdout)
-    assert codec.endswith(".py") == path.endswith(".py"), (codec, path)
+    compiled, path, others = json.loads(done.stdout)
+    for other in others:
+        assert other.endswith(".py") == path.endswith(".py"), (other, path)
     return compiled, path, done.stderr
 
 
