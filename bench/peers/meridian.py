@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import shutil
 import time
@@ -42,6 +43,8 @@ from bench.peers.common import (
 GEO3 = REPO / "cluster" / "geo3.toml"
 LOAD_BATCH = 500
 LOAD_CONCURRENCY = 8
+MODES = ("commit", "certified")
+OWN_CLUSTER_KEYS = frozenset({"run_dir", "data_dir", "fsync", "python_path"})
 COMMIT_WAIT_S = 60.0  # after the certified run: how long its commits may still take
 
 NOT_MEASURED = (
@@ -68,6 +71,90 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
+def parse_setting(text: str) -> tuple[str, str, Any]:
+    """``SECTION.NAME=VALUE`` (``--meridian-set``): VALUE is read as a TOML value (an
+    integer, a float, true/false, or a quoted string). Which sections and names exist is the
+    cluster file's business: its loader refuses an unknown one, naming the known ones."""
+    name, equals, raw = text.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not equals or not dot or not section or not key.strip():
+        raise ValueError(f"{text!r}: expected SECTION.NAME=VALUE, e.g. stream.batch_delay_ns=5000000")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{text!r}: {raw.strip()!r} is not a TOML value ({error})") from None
+    if isinstance(value, dict | list):
+        raise ValueError(f"{text!r}: a setting takes one value, not a table or a list")
+    return section, key.strip(), value
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    ticks = [int(x) for x in first[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + ticks[4]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+
+
+def role_of(name: str) -> str:
+    """The group a cluster process's CPU is reported under."""
+    if name == "wan-proxy":
+        return "wan_proxy"
+    if name.startswith("cm-"):
+        return "cm"
+    return "followers" if name.count("-") >= 2 else "leaders"
+
+
+class CpuMeter:
+    """CPU shares over one phase, by role (leaders, followers, cm, wan_proxy: cores busy
+    per second, summed over the role's processes) and of the whole machine (0..1)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self._start: tuple[float, dict[str, float], tuple[float, float] | None] | None = None
+
+    def _sample(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, child in zip(self.cluster.names, self.cluster.children, strict=True):
+            seconds = cpu_seconds(child.pid)
+            if seconds is not None:
+                out[name] = seconds
+        return out
+
+    def start(self) -> None:
+        self._start = (time.monotonic(), self._sample(), machine_busy_seconds())
+
+    def shares(self) -> dict[str, float]:
+        assert self._start is not None, "start() first"
+        began, before, machine_before = self._start
+        elapsed = max(time.monotonic() - began, 1e-9)
+        out: dict[str, float] = {}
+        for name, seconds in self._sample().items():
+            if name in before:
+                role = role_of(name)
+                out[role] = out.get(role, 0.0) + (seconds - before[name]) / elapsed
+        shares = {role: round(share, 3) for role, share in sorted(out.items())}
+        machine_after = machine_busy_seconds()
+        if machine_before is not None and machine_after is not None:
+            total = machine_after[1] - machine_before[1]
+            if total > 0:
+                shares["machine_busy"] = round((machine_after[0] - machine_before[0]) / total, 3)
+        return shares
+
+
 def _shift(address: str, by: int) -> str:
     host, _, port = address.rpartition(":")
     return f"{host}:{int(port) + by}"
@@ -76,11 +163,12 @@ def _shift(address: str, by: int) -> str:
 def cluster_file(
     directory: Path, log_dir: Path, rtt_ms: float, jitter_ms: float, port_shift: int = 0,
     source: Path = GEO3, fsync: bool = True, workers: int = 1,
+    settings: list[tuple[str, str, Any]] | None = None,
 ) -> Path:
     """``cluster/geo3.toml`` as it is, but for the round trip and jitter of this run, its
     servers' logs in ``log_dir``, their write-ahead logs in ``directory`` (the scratch
     directory, where the peers keep their data too), ``fsync`` as asked, and every port
-    moved by ``port_shift`` (0: geo3's own)."""
+    moved by ``port_shift`` (0: geo3's own); ``settings`` (section, name, value) set on top."""
     data = tomllib.loads(source.read_text())
     data["cluster"]["run_dir"] = str(log_dir)
     data["cluster"]["data_dir"] = str(directory / "data")
@@ -94,6 +182,16 @@ def cluster_file(
             follower["address"] = _shift(follower["address"], port_shift)
     for member in data.get("cm", []):
         member["address"] = _shift(member["address"], port_shift)
+    for section, key, value in settings or []:
+        if section == "wan" or (section == "cluster" and key in OWN_CLUSTER_KEYS):
+            raise ValueError(
+                f"--meridian-set {section}.{key}: set by the run itself (--rtt-ms, --jitter-ms, "
+                "--meridian-port-shift, --meridian-no-fsync, --scratch)"
+            )
+        table = data.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"--meridian-set: [{section}] is not a table of the cluster file")
+        table[key] = value
     wan = data.setdefault("wan", {})
     wan["rtt_ms"] = float(rtt_ms)
     wan["jitter_ms"] = float(jitter_ms if rtt_ms > 0 else 0.0)
@@ -273,10 +371,11 @@ async def drive_certified(client: Any, workload: Workload, result: RunResult) ->
         result.extra["commit_failure_examples"] = failures
 
 
-async def requests_counted(client: Any, result: RunResult, phase: Any) -> None:
+async def requests_counted(client: Any, result: RunResult, phase: Any, meter: CpuMeter) -> None:
     """Runs ``phase``, then says how many requests its transactions took: SUBMITs (the
     leaders' counters; an aborted attempt's retry is one more) and the SDK's AWAITs
-    (pipelined commits waited for together), per committed transaction."""
+    (pipelined commits waited for together), per committed transaction, and where the
+    machine's CPU went meanwhile (``meter``: the cluster's processes by role)."""
 
     def totals(statuses: list[Any]) -> dict[str, int]:
         out = {"submits": sum(int(s["counters"]["submits"]) for s in statuses if s)}
@@ -288,7 +387,9 @@ async def requests_counted(client: Any, result: RunResult, phase: Any) -> None:
         return out
 
     before, awaits_before = totals(await client.status()), client.stats()["await_requests"]
+    meter.start()
     await phase
+    result.extra["cpu_share"] = meter.shares()
     after = totals(await client.status())
     committed = max(1, sum(result.committed.values()))
     result.extra["submits_per_txn"] = round((after["submits"] - before["submits"]) / committed, 3)
@@ -305,9 +406,12 @@ async def requests_counted(client: Any, result: RunResult, phase: Any) -> None:
 
 def run(
     scratch: Path, log_dir: Path, workload: Workload, rtt_ms: float, jitter_ms: float,
-    port_shift: int, fsync: bool = True,
+    port_shift: int, fsync: bool = True, modes: tuple[str, ...] = MODES,
+    settings: list[tuple[str, str, Any]] | None = None,
 ) -> list[RunResult]:
-    """Both Meridian runs at one round trip, on one cluster."""
+    """Meridian's runs at one round trip (``modes``: waiting for commit, going on at
+    certification, or both), on one cluster; ``settings`` as ``cluster_file`` takes them."""
+    assert modes and set(modes) <= set(MODES), modes
     from store import config as config_module
     from store.client import Client
     from store.node.up import ProcessCluster
@@ -322,9 +426,11 @@ def run(
     directory = scratch / f"meridian-{rtt_ms:g}"
     directory.mkdir(parents=True, exist_ok=True)
     config = config_module.load(
-        cluster_file(directory, log_dir, rtt_ms, jitter_ms, port_shift, fsync=fsync)
+        cluster_file(directory, log_dir, rtt_ms, jitter_ms, port_shift, fsync=fsync,
+                     settings=settings)
     )
     cluster = ProcessCluster(config)
+    meter = CpuMeter(cluster)
     started = time.monotonic()
     cluster.start()
     try:
@@ -337,12 +443,17 @@ def run(
                 begun = time.monotonic()
                 await preload(client, workload)
                 log(f"meridian: {workload.keys:,} keys preloaded in {time.monotonic() - begun:.1f} s; "
-                    f"{workload.clients} clients, {workload.duration_s:g} s waiting for commit")
-                await requests_counted(client, commit, drive_commit(client, workload, commit))
-                log(f"meridian: {workload.duration_s:g} s going on at certification")
-                await requests_counted(
-                    client, certified, drive_certified(client, workload, certified)
-                )
+                    f"{workload.clients} clients")
+                if "commit" in modes:
+                    log(f"meridian: {workload.duration_s:g} s waiting for commit")
+                    await requests_counted(
+                        client, commit, drive_commit(client, workload, commit), meter
+                    )
+                if "certified" in modes:
+                    log(f"meridian: {workload.duration_s:g} s going on at certification")
+                    await requests_counted(
+                        client, certified, drive_certified(client, workload, certified), meter
+                    )
             finally:
                 await client.close()
 
@@ -366,11 +477,14 @@ def run(
         cluster.stop()
     with contextlib.suppress(OSError):
         shutil.rmtree(directory)
-    for result in (commit, certified):
+    results = [r for r, mode in ((commit, "commit"), (certified, "certified")) if mode in modes]
+    for result in results:
+        if settings:
+            result.extra["settings"] = {f"{sec}.{key}": value for sec, key, value in settings}
         result.extra["cluster"] = "cluster/geo3.toml: 2 shards led from us, followers in eu and ap"
         result.extra["durability"] = (
             "every acceptor syncs its votes to its write-ahead log (fsync) before answering"
             if fsync else "fsync = false: write-ahead logs written, not synced (--meridian-no-fsync)"
         )
-    return [commit, certified]
+    return results
 

@@ -169,6 +169,25 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
                 f"| {_fmt(b['stream_batch_wait_mean_ms'])} | {_fmt(b['stream_choose_mean_ms'])} |"
             )
         lines.append("")
+    cpu = [(run["system"], run["rtt_ms"], run["cpu_share"]) for run in report["runs"]
+           if run.get("cpu_share")]
+    if cpu:
+        roles = ("leaders", "followers", "cm", "wan_proxy")
+        lines += [
+            "## Meridian: where the machine's CPU went", "",
+            "Cores busy per second of each phase, summed over the cluster's processes of a role "
+            "(the driver's own is `driver CPU` above), and the whole machine's busy fraction "
+            "(1.0: every core busy; PostgreSQL's and etcd's runs are not metered this way).", "",
+            "| run | RTT ms | " + " | ".join(roles) + " | machine busy |",
+            "|---|---:|" + "---:|" * (len(roles) + 1),
+        ]
+        for system, rtt, shares in cpu:
+            lines.append(
+                f"| {LABELS.get(system, system)} | {rtt:g} | "
+                + " | ".join(_fmt(shares.get(role), 2) for role in roles)
+                + f" | {_fmt(shares.get('machine_busy'), 2)} |"
+            )
+        lines.append("")
     certified = report["meridian_certified_commits"]
     if certified:
         lines += ["## Meridian going on at certification: did every transaction commit?", ""]

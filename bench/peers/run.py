@@ -4,6 +4,8 @@ and what is and is not measured.
 
     python bench/peers/run.py [--json] [--duration 30] [--rtt-ms 0 50] [--clients 64]
                               [--systems meridian,postgres,etcd]
+                              [--meridian-modes commit,certified]
+                              [--meridian-set stream.batch_delay_awaited_ns=3000000]
 
 Each system is started at each round trip, loaded, run and stopped (every process it
 started, on Ctrl-C or error too); a peer that is not installed or does not start is
@@ -68,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--meridian-no-fsync", action="store_true",
                         help="Meridian's servers write their logs without syncing them "
                         "(fsync = false), to see what its syncs cost")
+    parser.add_argument("--meridian-modes", default=",".join(meridian.MODES),
+                        help="comma-separated, from: commit (clients wait for the commit), "
+                        "certified (clients go on at certification)")
+    parser.add_argument("--meridian-set", action="append", default=[], metavar="SECTION.NAME=VALUE",
+                        help="a setting of Meridian's cluster file for these runs, e.g. "
+                        "stream.batch_delay_awaited_ns=3000000 (repeatable; VALUE in TOML; the "
+                        "report records it)")
     parser.add_argument("--out", type=Path, default=None,
                         help="report directory (default runs/peers-<YYYYmmdd-HHMMSS>)")
     parser.add_argument("--scratch", type=Path, default=None,
@@ -79,6 +88,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown or not args.systems:
         parser.error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
+    args.meridian_modes = tuple(m.strip() for m in args.meridian_modes.split(",") if m.strip())
+    if not args.meridian_modes or not set(args.meridian_modes) <= set(meridian.MODES):
+        parser.error(f"--meridian-modes: choose from {', '.join(meridian.MODES)}")
+    try:
+        args.meridian_set = [meridian.parse_setting(text) for text in args.meridian_set]
+    except ValueError as error:
+        parser.error(f"--meridian-set: {error}")
     if args.clients < 1 or args.duration <= 0 or args.keys < 8 or min(args.rtt_ms) < 0:
         parser.error("--clients >= 1, --duration > 0, --keys >= 8, --rtt-ms >= 0")
     return args
@@ -105,18 +121,23 @@ def scratch_root(requested: Path | None) -> Path:
     return Path(tempfile.mkdtemp(prefix="meridian-peers-"))
 
 
+def meridian_names(args: argparse.Namespace) -> list[str]:
+    return [f"meridian-{mode}" for mode in args.meridian_modes]
+
+
 def run_system(
     system: str, rtt: float, args: argparse.Namespace, workload: Workload, scratch: Path,
     logs: Path, jitter: float,
 ) -> list[RunResult]:
     """One system at one round trip; never raises for the system's own failure."""
-    names = ["meridian-commit", "meridian-certified"] if system == "meridian" else [system]
+    names = meridian_names(args) if system == "meridian" else [system]
     log_dir = logs / f"{system}-rtt{rtt:g}"
     try:
         if system == "meridian":
             return meridian.run(
                 scratch, log_dir, workload, rtt, jitter, args.meridian_port_shift,
-                fsync=not args.meridian_no_fsync,
+                fsync=not args.meridian_no_fsync, modes=args.meridian_modes,
+                settings=args.meridian_set,
             )
         if system == "postgres":
             port = args.base_port + 10
@@ -191,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         for rtt in args.rtt_ms:
             for system in args.systems:
                 if systems[system]["status"] == "unavailable":
-                    names = (["meridian-commit", "meridian-certified"] if system == "meridian"
-                             else [system])
+                    names = meridian_names(args) if system == "meridian" else [system]
                     results += [RunResult(n, rtt, status="unavailable",
                                           reason=systems[system]["reason"]) for n in names]
                     continue

@@ -121,6 +121,61 @@ def test_meridian_says_where_a_read_modify_write_waits(peers: dict[str, Any]) ->
     assert "where a read-modify-write's time goes" in text
 
 
+def test_meridian_says_where_the_machine_cpu_went(peers: dict[str, Any]) -> None:
+    """Each Meridian run reports the cores its leaders, followers and configuration managers
+    kept busy, and the whole machine's busy fraction, over the run."""
+    for system in ("meridian-commit", "meridian-certified"):
+        shares = run_of(peers["report"], system)["cpu_share"]
+        assert shares["leaders"] > 0 and shares["followers"] > 0 and shares["cm"] >= 0, shares
+        assert 0 < shares["machine_busy"] <= 1, shares
+        processes = sum(v for k, v in shares.items() if k != "machine_busy")
+        # The cluster's processes cannot keep more cores busy than the machine has.
+        assert processes <= (os.cpu_count() or 1) * shares["machine_busy"] * 1.1 + 0.05, shares
+    assert "where the machine's CPU went" in (peers["out"] / "report.md").read_text()
+
+
+def test_settings_and_modes_given_on_the_command_line_are_checked_and_applied(
+    tmp_path: Path,
+) -> None:
+    """``--meridian-set SECTION.NAME=VALUE`` lands in the cluster file the runs use (and the
+    cluster file's loader refuses an unknown name); a malformed one, one the run sets itself
+    or an unknown mode stops the command before anything starts, saying why."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from bench.peers import meridian
+    finally:
+        sys.path.remove(str(REPO))
+    from store import config as config_module
+
+    assert meridian.parse_setting("stream.batch_delay_awaited_ns = 3000000") == (
+        "stream", "batch_delay_awaited_ns", 3_000_000,
+    )
+    assert meridian.parse_setting('client.name="x"') == ("client", "name", "x")
+    for bad in ("stream.batch_delay_ns", "batch_delay_ns=5", "stream.x=[1]", "stream.x=fast"):
+        with pytest.raises(ValueError, match=r"stream\.|SECTION|TOML|one value"):
+            meridian.parse_setting(bad)
+    path = meridian.cluster_file(
+        tmp_path, tmp_path / "logs", 50.0, 1.0,
+        settings=[("stream", "batch_delay_awaited_ns", 3_000_000), ("settings", "gossip_fanout", 2)],
+    )
+    loaded = config_module.load(path)
+    assert loaded.stream["batch_delay_awaited_ns"] == 3_000_000
+    assert loaded.settings.gossip_fanout == 2
+    with pytest.raises(ValueError, match="set by the run itself"):
+        meridian.cluster_file(tmp_path, tmp_path / "logs", 50.0, 1.0,
+                              settings=[("wan", "rtt_ms", 0.0)])
+    unknown = meridian.cluster_file(tmp_path, tmp_path / "logs", 50.0, 1.0,
+                                    settings=[("stream", "no_such_setting", 1)])
+    with pytest.raises(config_module.ConfigError, match="no_such_setting: unknown setting"):
+        config_module.load(unknown)
+    for argument in (["--meridian-set", "stream.x"], ["--meridian-modes", "fast"]):
+        done = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "peers" / "run.py"), *argument],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )
+        assert done.returncode == 2 and argument[0] in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("system", ["postgres", "etcd"])
 def test_a_peer_commits_transactions_or_is_skipped_with_the_reason(
     peers: dict[str, Any], system: str
