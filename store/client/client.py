@@ -53,12 +53,13 @@ from store.client.protocol import (
     Sleep,
     Steps,
     TxnResult,
+    stored_ops,
 )
 from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
 from store.core.keys import Element, Key, from_stored, to_stored, tuple_of
 from store.core.keys import prefix_range as _prefix_range
-from store.core.oplist import OP_ARITY, OPS_PROCEDURE, OpList
+from store.core.oplist import OPS_PROCEDURE, OpList
 from store.core.partition import Partitioner, clock_marks, table_end
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.vclock import VectorClock
@@ -233,7 +234,7 @@ class Client:
         return await self._run_ops(ops, route, detailed=True)
 
     async def _run_ops(self, ops: list[list[Any]], route: str | int | None, detailed: bool) -> TxnResult:
-        stored = _stored_ops(ops)
+        stored = stored_ops(ops)
         parsed = OpList(stored, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
         if route is None and stored:
             route = stored[0][1]
@@ -400,7 +401,8 @@ class Client:
         else:
             await limit.wait()
         try:
-            return await self._drive(self.protocol.run(shard, procedure, args, speculative, detailed))
+            steps = self.protocol.run(shard, procedure, args, speculative, detailed)
+            return await self._drive(steps)
         finally:
             limit.release()
 
@@ -619,9 +621,6 @@ class _OpsBuilder:
         return self
 
 
-# Operations whose second argument is a range's upper bound.
-_RANGE_OPS = ("scan", "keys", "count", "clear_range")
-
 
 class _CommitWait:
     """One ``AwaitOutcome`` of ``Client._drive_waiting``: a waiter of the client's
@@ -713,25 +712,6 @@ class InFlightLimit:
                 future.set_result(None)
                 return
         self.free += 1
-
-
-def _stored_ops(ops: object) -> list[list[Any]]:
-    """The operation list with its keys in stored form (tuples packed): what the server and
-    the router see. Anything malformed is left for ``OpList`` to name."""
-    if type(ops) is not list:
-        raise InvalidRequest("operations must be a list")
-    stored: list[list[Any]] = []
-    for op in ops:
-        if type(op) not in (list, tuple) or not op or op[0] not in OP_ARITY:
-            stored.append(op)
-            continue
-        op = list(op)
-        if len(op) > 1 and type(op[1]) is tuple:
-            op[1] = to_stored(op[1])
-        if op[0] in _RANGE_OPS and len(op) > 2 and type(op[2]) is tuple:
-            op[2] = to_stored(op[2])
-        stored.append(op)
-    return stored
 
 
 def _typed_results(ops: list[list[Any]], results: list[Any]) -> None:

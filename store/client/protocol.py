@@ -58,7 +58,7 @@ import itertools
 import random
 from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from store import wire
 from store.core.errors import (
@@ -70,6 +70,8 @@ from store.core.errors import (
     Status,
     Unavailable,
 )
+from store.core.keys import to_stored
+from store.core.oplist import OP_ARITY
 from store.core.partition import Partitioner
 from store.core.vclock import VectorClock
 from store.protocol import codec
@@ -90,47 +92,127 @@ T = TypeVar("T")
 
 
 # ---- effects -------------------------------------------------------------------------------
-# Made for every transaction and read once by the driver: plain slotted records (a frozen
-# dataclass sets each field through object.__setattr__, 2.5x the cost of making one).
+# Made for every transaction and read once by the driver: plain slotted classes with their own
+# __init__, compiled with this module. (As dataclasses their __init__ was the one the
+# dataclasses module writes at import, interpreted: 8% of a busy client's CPU went into making
+# these and TxnResult, perf, bench/micro.py, 2026-12-05.)
 
 
-@dataclass(slots=True)
+def _unhashable(self: object) -> int:
+    """The records below compare by their fields and, like the dataclasses they were, are
+    not hashable."""
+    raise TypeError(f"unhashable type: {type(self).__name__!r}")
+
+
 class Connect:
     """Make sure a live session to ``address`` exists; result None, or the RpcError thrown."""
 
-    address: Address
-    timeout_s: float
+    __slots__ = ("address", "timeout_s")
+
+    def __init__(self, address: Address, timeout_s: float) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Connect):
+            return NotImplemented
+        return self.address == other.address and self.timeout_s == other.timeout_s
+
+    def __hash__(self) -> int:
+        return _unhashable(self)
+
+    def __repr__(self) -> str:
+        return f"Connect({self.address!r}, {self.timeout_s!r})"
 
 
-@dataclass(slots=True)
 class Call:
     """One request on the session to ``address``; result: the response bytes."""
 
-    address: Address
-    req_type: int
-    payload: bytes
-    timeout_s: float
+    __slots__ = ("address", "payload", "req_type", "timeout_s")
+
+    def __init__(self, address: Address, req_type: int, payload: bytes, timeout_s: float) -> None:
+        self.address = address
+        self.req_type = req_type
+        self.payload = payload
+        self.timeout_s = timeout_s
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Call):
+            return NotImplemented
+        return (
+            self.address == other.address and self.req_type == other.req_type
+            and self.payload == other.payload and self.timeout_s == other.timeout_s
+        )
+
+    def __hash__(self) -> int:
+        return _unhashable(self)
+
+    def __repr__(self) -> str:
+        return (f"Call({self.address!r}, {self.req_type!r}, <{len(self.payload)} bytes>, "
+                f"{self.timeout_s!r})")
 
 
-@dataclass(slots=True)
 class ForgetSession:
     """The session to ``address`` is dead: drop it, so that the next Connect opens anew."""
 
-    address: Address
+    __slots__ = ("address",)
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ForgetSession):
+            return NotImplemented
+        return self.address == other.address
+
+    def __hash__(self) -> int:
+        return _unhashable(self)
+
+    def __repr__(self) -> str:
+        return f"ForgetSession({self.address!r})"
 
 
-@dataclass(slots=True)
 class Sleep:
-    seconds: float
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sleep):
+            return NotImplemented
+        return self.seconds == other.seconds
+
+    def __hash__(self) -> int:
+        return _unhashable(self)
+
+    def __repr__(self) -> str:
+        return f"Sleep({self.seconds!r})"
 
 
-@dataclass(slots=True)
 class AwaitOutcome:
     """The final outcome of transaction ``seq`` at ``address`` (module doc)."""
 
-    address: Address
-    seq: int
-    timeout_s: float
+    __slots__ = ("address", "seq", "timeout_s")
+
+    def __init__(self, address: Address, seq: int, timeout_s: float) -> None:
+        self.address = address
+        self.seq = seq
+        self.timeout_s = timeout_s
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AwaitOutcome):
+            return NotImplemented
+        return (
+            self.address == other.address and self.seq == other.seq
+            and self.timeout_s == other.timeout_s
+        )
+
+    def __hash__(self) -> int:
+        return _unhashable(self)
+
+    def __repr__(self) -> str:
+        return f"AwaitOutcome({self.address!r}, {self.seq!r}, {self.timeout_s!r})"
 
 
 Effect = Connect | Call | ForgetSession | Sleep | AwaitOutcome
@@ -235,21 +317,84 @@ class ClientSettings:
     unavailable_retries_max: int = 10  # runs again after the map changed (new leaders)
 
 
-@dataclass(frozen=True)
 class TxnResult:
     """What a transaction returned and when: ``certified_s`` and ``committed_s`` are seconds
-    from submission (``committed_s`` is None for a speculative answer)."""
+    from submission (``committed_s`` is None for a speculative answer). Read-only; equal (and
+    hashed) by its fields.
 
-    result: Any
-    status: str  # "committed" or "certified"
-    vc: VectorClock
-    certified_s: float
-    committed_s: float | None
-    attempts: int
-    txn: tuple[str, int] = ("", 0)  # (client id, sequence number): the transaction's id
+    ``result``: what the transaction returned; ``status``: "committed" or "certified";
+    ``vc``: its vector clock; ``attempts``: conflict retries + 1; ``txn``: (client id,
+    sequence number), the transaction's id. (A class of its own rather than a frozen
+    dataclass: see the effects above.)"""
+
+    __slots__ = ("_attempts", "_certified_s", "_committed_s", "_result", "_status", "_txn", "_vc")
+
+    def __init__(
+        self,
+        result: Any,
+        status: str,
+        vc: VectorClock,
+        certified_s: float,
+        committed_s: float | None,
+        attempts: int,
+        txn: tuple[str, int] = ("", 0),
+    ) -> None:
+        self._result = result
+        self._status = status
+        self._vc = vc
+        self._certified_s = certified_s
+        self._committed_s = committed_s
+        self._attempts = attempts
+        self._txn = txn
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    @property
+    def status(self) -> str:
+        return self._status
+
+    @property
+    def vc(self) -> VectorClock:
+        return self._vc
+
+    @property
+    def certified_s(self) -> float:
+        return self._certified_s
+
+    @property
+    def committed_s(self) -> float | None:
+        return self._committed_s
+
+    @property
+    def attempts(self) -> int:
+        return self._attempts
+
+    @property
+    def txn(self) -> tuple[str, int]:
+        return self._txn
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self._result, self._status, self._vc, self._certified_s, self._committed_s,
+                self._attempts, self._txn)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TxnResult):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"TxnResult(result={self._result!r}, status={self._status!r}, vc={self._vc!r}, "
+            f"certified_s={self._certified_s!r}, committed_s={self._committed_s!r}, "
+            f"attempts={self._attempts!r}, txn={self._txn!r})"
+        )
 
 
-@dataclass
 class PendingTxn:
     """A submission whose outcome is not known; ``resume`` asks for it again — of the
     leader it was sent to (``leader``): another would not know the id, and could run it
@@ -257,11 +402,59 @@ class PendingTxn:
     from then on a leader that cannot be reached makes the outcome unknown, never
     ``Unavailable`` (which tells the caller that it did not run and may run again)."""
 
-    shard: int
-    submit: Submit
-    started: float
-    leader: Address = None
-    sent: bool = False
+    __slots__ = ("leader", "sent", "shard", "started", "submit")
+
+    def __init__(
+        self, shard: int, submit: Submit, started: float, leader: Address = None,
+        sent: bool = False,
+    ) -> None:
+        self.shard = shard
+        self.submit = submit
+        self.started = started
+        self.leader = leader
+        self.sent = sent
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PendingTxn):
+            return NotImplemented
+        return (
+            self.shard == other.shard and self.submit == other.submit
+            and self.started == other.started and self.leader == other.leader
+            and self.sent == other.sent
+        )
+
+    def __hash__(self) -> int:
+        return _unhashable(self)
+
+    def __repr__(self) -> str:
+        return (f"PendingTxn(shard={self.shard!r}, submit={self.submit!r}, "
+                f"started={self.started!r}, leader={self.leader!r}, sent={self.sent!r})")
+
+
+RANGE_OPS: Final = ("scan", "keys", "count", "clear_range")
+
+
+def stored_ops(ops: object) -> list[Any]:
+    """The operation list with its keys in stored form (tuples packed): what the server and
+    the router see. Anything malformed is left as it is for ``OpList`` to name (a copy of
+    each well-formed operation is made, so the caller's lists are never changed)."""
+    if type(ops) is not list:
+        raise InvalidRequest("operations must be a list")
+    stored: list[Any] = []
+    for op in ops:
+        if type(op) is not list and type(op) is not tuple:
+            stored.append(op)
+            continue
+        items = list(op)
+        if not items or type(items[0]) is not str or items[0] not in OP_ARITY:
+            stored.append(op)  # OpList says what is wrong with it
+            continue
+        if len(items) > 1 and type(items[1]) is tuple:
+            items[1] = to_stored(items[1])
+        if items[0] in RANGE_OPS and len(items) > 2 and type(items[2]) is tuple:
+            items[2] = to_stored(items[2])
+        stored.append(items)
+    return stored
 
 
 class ClientProtocol:

@@ -445,3 +445,47 @@ def test_a_pipelined_commit_the_watch_says_nothing_of_is_asked_with_its_submit()
         driver.run(driver.protocol.await_commit(pending, certified))
     sent = driver.submits()
     assert [s.want_certified for s in sent] == [True, False] and sent[0].seq == sent[1].seq
+
+
+def test_operation_lists_are_stored_without_touching_the_callers_and_bad_ones_are_named() -> None:
+    """``stored_ops`` packs tuple keys (and a range's upper bound) into their stored form in
+    copies; whatever is malformed, an operation name that is not even hashable included, is
+    left for OpList to refuse with InvalidRequest (it was a bare TypeError)."""
+    from store.client.protocol import stored_ops
+    from store.core.errors import InvalidRequest
+    from store.core.keys import to_stored
+    from store.core.oplist import OpList
+    from store.core.settings import DEFAULT_SETTINGS
+
+    ops = [["get", ("t", 1)], ("scan", ("t", 1), ("t", 9), 10), ["put", "plain", 5]]
+    stored = stored_ops(ops)
+    assert stored == [
+        ["get", to_stored(("t", 1))],
+        ["scan", to_stored(("t", 1)), to_stored(("t", 9)), 10],
+        ["put", "plain", 5],
+    ]
+    assert ops[0] == ["get", ("t", 1)]  # the caller's list is as it was
+    OpList(stored, DEFAULT_SETTINGS)
+    for bad in ([[["get"], "k"]], [[{"op": 1}, "k"]], [[]], ["get"], [("nope", "k")]):
+        with pytest.raises(InvalidRequest):
+            OpList(stored_ops(bad), DEFAULT_SETTINGS)
+    with pytest.raises(InvalidRequest, match="operations must be a list"):
+        stored_ops(("get", "k"))
+
+
+def test_a_transaction_result_is_read_only_and_equal_by_its_fields() -> None:
+    from store.client.protocol import TxnResult
+
+    vc = VectorClock({})
+    result = TxnResult([1], "committed", vc, 0.001, 0.05, 2, ("c1", 7))
+    assert (result.result, result.status, result.vc, result.certified_s, result.committed_s,
+            result.attempts, result.txn) == ([1], "committed", vc, 0.001, 0.05, 2, ("c1", 7))
+    for name in ("result", "status", "vc", "certified_s", "committed_s", "attempts", "txn"):
+        with pytest.raises(AttributeError):
+            setattr(result, name, None)
+    twin = TxnResult([1], "committed", vc, 0.001, 0.05, 2, ("c1", 7))
+    assert result == twin and result != TxnResult([1], "certified", vc, 0.001, None, 2)
+    assert TxnResult(1, "committed", vc, 0.0, 0.0, 1).txn == ("", 0)
+    assert hash(TxnResult(1, "committed", vc, 0.0, 0.0, 1)) == hash(
+        TxnResult(1, "committed", vc, 0.0, 0.0, 1))
+    assert "status='committed'" in repr(result)
