@@ -13,6 +13,7 @@ project's machines it halves a loopback round trip compared with the default loo
 from __future__ import annotations
 
 import asyncio
+import heapq
 import os
 import time
 from collections.abc import Awaitable
@@ -28,6 +29,11 @@ _monotonic_ns = time.monotonic_ns
 # A deadline this close is treated as due: the next loop iteration serves it.
 TIMER_SOON_NS = 50_000
 _MS = 1_000_000
+# Call deadlines (``Rpc.call``'s timeout) are kept in buckets this wide: a call times out at
+# the end of the bucket its deadline falls in, up to this much late and never early, and one
+# timer serves every call of the earliest bucket. (A timer per call, armed and cancelled,
+# was 5% of a busy client's CPU: perf, bench/micro.py, 2026-12-05.)
+CALL_DEADLINE_BUCKET_NS = 10 * _MS
 
 
 def timer_delay_s(when_ns: int, now_ns: int) -> float:
@@ -82,6 +88,12 @@ class Rpc(RpcBase):
         # must not turn into a busy loop.
         self.timer_wakes = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Rpc.call's deadlines: bucket number -> the calls whose deadline falls in it, the
+        # bucket numbers in a heap, and the one timer, armed for the earliest bucket.
+        self._deadlines: dict[int, list[tuple[asyncio.Future[bytes], int, Session]]] = {}
+        self._deadline_buckets: list[int] = []
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer_bucket = -1
         self._fd = transport.fileno()
         if self._fd is not None:
             self._loop.add_reader(self._fd, self._on_readable)
@@ -242,17 +254,40 @@ class Rpc(RpcBase):
         """enqueue_request and await the response; `timeout` in seconds raises RequestTimeout
         (the request may still run at the server)."""
         fut = self.enqueue_request(session, req_type, payload)
-        if timeout is None:
-            result: bytes = await fut
-            return result
-        # A timer on the future itself, not asyncio.wait_for (which wraps the wait in more
-        # futures and callbacks: a measurable share of a client's time per request).
-        expiry = self._loop.call_later(timeout, _expire, fut, req_type, session)
-        try:
-            answer: bytes = await fut
-            return answer
-        finally:
-            expiry.cancel()
+        if timeout is not None:
+            # Not asyncio.wait_for (which wraps the wait in more futures and callbacks), and
+            # not a timer per call: the deadline joins its bucket (CALL_DEADLINE_BUCKET_NS).
+            deadline = _monotonic_ns() + int(timeout * 1e9) + TIMER_SOON_NS
+            bucket = deadline // CALL_DEADLINE_BUCKET_NS + 1
+            calls = self._deadlines.get(bucket)
+            if calls is None:
+                calls = self._deadlines[bucket] = []
+                heapq.heappush(self._deadline_buckets, bucket)
+                if self._deadline_timer is None or bucket < self._deadline_timer_bucket:
+                    self._arm_deadlines(bucket)
+            calls.append((fut, req_type, session))
+        answer: bytes = await fut
+        return answer
+
+    def _arm_deadlines(self, bucket: int) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_timer_bucket = bucket
+        delay_s = timer_delay_s(bucket * CALL_DEADLINE_BUCKET_NS, _monotonic_ns())
+        self._deadline_timer = self._loop.call_later(delay_s, self._on_deadlines)
+
+    def _on_deadlines(self) -> None:
+        """Times out the calls of every bucket that has ended (those still unanswered)."""
+        self._deadline_timer = None
+        # A bucket ending within TIMER_SOON_NS has ended (timer_delay_s); its calls' deadlines
+        # are at least that far before its end.
+        now_bucket = (_monotonic_ns() + TIMER_SOON_NS) // CALL_DEADLINE_BUCKET_NS
+        buckets = self._deadline_buckets
+        while buckets and buckets[0] <= now_bucket:
+            for fut, req_type, session in self._deadlines.pop(heapq.heappop(buckets)):
+                _expire(fut, req_type, session)
+        if buckets and not self._closed:
+            self._arm_deadlines(buckets[0])
 
     def close(self) -> None:
         """Stop watching the socket, fail everything outstanding, release the transport."""
@@ -266,6 +301,9 @@ class Rpc(RpcBase):
             self._loop.remove_reader(self._fd)
         if self._timer is not None:
             self._timer.cancel()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         for task in list(self._tasks):
             task.cancel()
         self._fail_all_pending(RpcError("endpoint closed"))

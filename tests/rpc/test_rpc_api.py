@@ -97,6 +97,49 @@ def test_sim_coroutine_handler_may_await_a_nested_rpc() -> None:
     assert pending.result() == b"relayed:cba"
 
 
+def test_call_deadlines_share_timers_never_fire_early_and_are_forgotten() -> None:
+    """``Rpc.call``'s timeouts are kept in buckets (CALL_DEADLINE_BUCKET_NS), one timer for
+    the earliest: an unanswered call times out no earlier than its timeout and at most a
+    bucket (and a loop iteration) later; an answered one never does; nothing is kept once
+    every bucket has passed."""
+    import time
+
+    from store.rpc.aio import CALL_DEADLINE_BUCKET_NS
+
+    async def main() -> None:
+        nexus = Nexus()
+        nexus.register_req_func(1, lambda _h, _p: None)  # never answers
+        nexus.register_req_func(2, lambda _h, p: p)  # answers at once
+        server = Rpc.udp(nexus)
+        client = Rpc.udp(Nexus())
+        session = await client.connect(server.address)
+
+        async def timed(timeout: float) -> float:
+            began = time.monotonic()
+            with pytest.raises(RequestTimeout):
+                await client.call(session, 1, b"x", timeout=timeout)
+            return time.monotonic() - began
+
+        timeouts = [0.03, 0.03, 0.05, 0.08, 0.08, 0.08]
+        answered = [client.call(session, 2, b"y", timeout=0.03) for _ in range(20)]
+        results = await asyncio.gather(*(timed(t) for t in timeouts), *answered)
+        waited = results[: len(timeouts)]
+        assert results[len(timeouts):] == [b"y"] * 20
+        slack = CALL_DEADLINE_BUCKET_NS / 1e9 + 0.05  # a bucket, and a busy test machine
+        for timeout, took in zip(timeouts, waited, strict=True):
+            assert timeout <= took <= timeout + slack, (timeout, took)
+        deadline = time.monotonic() + 2.0  # past every answered call's bucket too
+        while client._deadlines and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert not client._deadlines and not client._deadline_buckets
+        assert client._deadline_timer is None
+        client.close()
+        server.close()
+        await asyncio.sleep(0)
+
+    run(main)
+
+
 def test_call_timeout_is_typed() -> None:
     async def main() -> None:
         nexus = Nexus()
