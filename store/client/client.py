@@ -621,7 +621,6 @@ class _OpsBuilder:
         return self
 
 
-
 class _CommitWait:
     """One ``AwaitOutcome`` of ``Client._drive_waiting``: a waiter of the client's
     ``OutcomeWatch`` until the answer or the deadline, whichever comes first, resumes the

@@ -4,7 +4,8 @@ The socket is watched with `loop.add_reader`; a readable socket is drained by re
 which returns whole messages; the handlers and continuations they complete run right there,
 and everything they send leaves in one sendmmsg at the end of the callback. Requests enqueued
 from coroutines are flushed together by one `call_soon` per loop iteration. The core's next
-deadline (retransmission, handshake retry, session timeout) is one `call_later` timer.
+deadline (retransmission, handshake retry, session timeout) is one `call_later` timer; the
+timeouts of `Rpc.call` share another, in buckets (CALL_DEADLINE_BUCKET_NS).
 
 Use uvloop where latency matters (`store.rpc.aio.new_event_loop()` prefers it): on this
 project's machines it halves a loopback round trip compared with the default loop.
