@@ -98,13 +98,28 @@ T = TypeVar("T")
 # these and TxnResult, perf, bench/micro.py, 2026-12-05.)
 
 
-def _unhashable(self: object) -> int:
-    """The records below compare by their fields and, like the dataclasses they were, are
-    not hashable."""
-    raise TypeError(f"unhashable type: {type(self).__name__!r}")
+class _Record:
+    """Equal by its fields (``_fields``) and shown by them; like the dataclasses these were,
+    not hashable (TxnResult, read-only, is)."""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self) or not isinstance(other, _Record):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        raise TypeError(f"unhashable type: {type(self).__name__!r}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self._fields()))})"
 
 
-class Connect:
+class Connect(_Record):
     """Make sure a live session to ``address`` exists; result None, or the RpcError thrown."""
 
     __slots__ = ("address", "timeout_s")
@@ -113,19 +128,11 @@ class Connect:
         self.address = address
         self.timeout_s = timeout_s
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Connect):
-            return NotImplemented
-        return self.address == other.address and self.timeout_s == other.timeout_s
-
-    def __hash__(self) -> int:
-        return _unhashable(self)
-
-    def __repr__(self) -> str:
-        return f"Connect({self.address!r}, {self.timeout_s!r})"
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.address, self.timeout_s)
 
 
-class Call:
+class Call(_Record):
     """One request on the session to ``address``; result: the response bytes."""
 
     __slots__ = ("address", "payload", "req_type", "timeout_s")
@@ -136,23 +143,15 @@ class Call:
         self.payload = payload
         self.timeout_s = timeout_s
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Call):
-            return NotImplemented
-        return (
-            self.address == other.address and self.req_type == other.req_type
-            and self.payload == other.payload and self.timeout_s == other.timeout_s
-        )
-
-    def __hash__(self) -> int:
-        return _unhashable(self)
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.address, self.req_type, self.payload, self.timeout_s)
 
     def __repr__(self) -> str:
         return (f"Call({self.address!r}, {self.req_type!r}, <{len(self.payload)} bytes>, "
                 f"{self.timeout_s!r})")
 
 
-class ForgetSession:
+class ForgetSession(_Record):
     """The session to ``address`` is dead: drop it, so that the next Connect opens anew."""
 
     __slots__ = ("address",)
@@ -160,37 +159,21 @@ class ForgetSession:
     def __init__(self, address: Address) -> None:
         self.address = address
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ForgetSession):
-            return NotImplemented
-        return self.address == other.address
-
-    def __hash__(self) -> int:
-        return _unhashable(self)
-
-    def __repr__(self) -> str:
-        return f"ForgetSession({self.address!r})"
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.address,)
 
 
-class Sleep:
+class Sleep(_Record):
     __slots__ = ("seconds",)
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sleep):
-            return NotImplemented
-        return self.seconds == other.seconds
-
-    def __hash__(self) -> int:
-        return _unhashable(self)
-
-    def __repr__(self) -> str:
-        return f"Sleep({self.seconds!r})"
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.seconds,)
 
 
-class AwaitOutcome:
+class AwaitOutcome(_Record):
     """The final outcome of transaction ``seq`` at ``address`` (module doc)."""
 
     __slots__ = ("address", "seq", "timeout_s")
@@ -200,19 +183,8 @@ class AwaitOutcome:
         self.seq = seq
         self.timeout_s = timeout_s
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, AwaitOutcome):
-            return NotImplemented
-        return (
-            self.address == other.address and self.seq == other.seq
-            and self.timeout_s == other.timeout_s
-        )
-
-    def __hash__(self) -> int:
-        return _unhashable(self)
-
-    def __repr__(self) -> str:
-        return f"AwaitOutcome({self.address!r}, {self.seq!r}, {self.timeout_s!r})"
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.address, self.seq, self.timeout_s)
 
 
 Effect = Connect | Call | ForgetSession | Sleep | AwaitOutcome
@@ -317,7 +289,7 @@ class ClientSettings:
     unavailable_retries_max: int = 10  # runs again after the map changed (new leaders)
 
 
-class TxnResult:
+class TxnResult(_Record):
     """What a transaction returned and when: ``certified_s`` and ``committed_s`` are seconds
     from submission (``committed_s`` is None for a speculative answer). Read-only; equal (and
     hashed) by its fields.
@@ -379,11 +351,6 @@ class TxnResult:
         return (self._result, self._status, self._vc, self._certified_s, self._committed_s,
                 self._attempts, self._txn)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TxnResult):
-            return NotImplemented
-        return self._fields() == other._fields()
-
     def __hash__(self) -> int:
         return hash(self._fields())
 
@@ -395,7 +362,7 @@ class TxnResult:
         )
 
 
-class PendingTxn:
+class PendingTxn(_Record):
     """A submission whose outcome is not known; ``resume`` asks for it again — of the
     leader it was sent to (``leader``): another would not know the id, and could run it
     twice (docs/recovery.md). ``sent``: it has been sent at least once, so it may have run:
@@ -414,21 +381,8 @@ class PendingTxn:
         self.leader = leader
         self.sent = sent
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PendingTxn):
-            return NotImplemented
-        return (
-            self.shard == other.shard and self.submit == other.submit
-            and self.started == other.started and self.leader == other.leader
-            and self.sent == other.sent
-        )
-
-    def __hash__(self) -> int:
-        return _unhashable(self)
-
-    def __repr__(self) -> str:
-        return (f"PendingTxn(shard={self.shard!r}, submit={self.submit!r}, "
-                f"started={self.started!r}, leader={self.leader!r}, sent={self.sent!r})")
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.shard, self.submit, self.started, self.leader, self.sent)
 
 
 RANGE_OPS: Final = ("scan", "keys", "count", "clear_range")

@@ -20,9 +20,9 @@ async def _settle() -> None:
 def test_places_are_taken_at_once_then_waited_for_first_come_first_served() -> None:
     async def main() -> None:
         limit = InFlightLimit(2)
+        assert limit.take()
         await limit.wait()
-        await limit.wait()
-        assert limit.free == 0
+        assert limit.free == 0 and not limit.take()
         order: list[int] = []
 
         async def later(n: int) -> None:

@@ -489,3 +489,9 @@ def test_a_transaction_result_is_read_only_and_equal_by_its_fields() -> None:
     assert hash(TxnResult(1, "committed", vc, 0.0, 0.0, 1)) == hash(
         TxnResult(1, "committed", vc, 0.0, 0.0, 1))
     assert "status='committed'" in repr(result)
+    # The protocol's effects compare by their fields and, as the dataclasses they were, are
+    # not hashable.
+    assert Connect("leader/0", 1.0) == Connect("leader/0", 1.0) != Connect("leader/1", 1.0)
+    assert Sleep(0.5) != Connect("leader/0", 0.5) and repr(Sleep(0.5)) == "Sleep(0.5)"
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(Connect("leader/0", 1.0))
