@@ -215,6 +215,7 @@ def run_mix(shards: int, keys: list[list[str]], txns: list[Txn], encode: bool) -
     counts = run.counts
     return {
         "txn_per_s": counts["committed"] / elapsed,
+        "elapsed_s": elapsed,
         "committed": counts["committed"],
         "aborted": counts["aborted"],
         "other": counts["other"],

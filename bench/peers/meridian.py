@@ -97,16 +97,18 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_busy_seconds() -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+def machine_seconds() -> tuple[float, float, float] | None:
+    """(busy, stolen, total) CPU seconds of the whole machine so far, from /proc/stat.
+    Stolen: time a virtual CPU was ready to run and the host ran something else (not busy,
+    not idle: on a shared host it comes and goes, and with it every figure here)."""
     try:
         first = Path("/proc/stat").read_text().splitlines()[0].split()
     except (OSError, IndexError):
         return None
     ticks = [int(x) for x in first[1:9]]  # user nice system idle iowait irq softirq steal
-    idle = ticks[3] + ticks[4]
+    idle, steal = ticks[3] + ticks[4], ticks[7]
     tick = os.sysconf("SC_CLK_TCK")
-    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+    return (sum(ticks) - idle - steal) / tick, steal / tick, sum(ticks) / tick
 
 
 def role_of(name: str) -> str:
@@ -120,11 +122,12 @@ def role_of(name: str) -> str:
 
 class CpuMeter:
     """CPU shares over one phase, by role (leaders, followers, cm, wan_proxy: cores busy
-    per second, summed over the role's processes) and of the whole machine (0..1)."""
+    per second, summed over the role's processes) and of the whole machine (0..1): busy
+    (``machine_busy``) and stolen by the host (``machine_steal``)."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
-        self._start: tuple[float, dict[str, float], tuple[float, float] | None] | None = None
+        self._start: tuple[float, dict[str, float], tuple[float, float, float] | None] | None = None
 
     def _sample(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -135,7 +138,7 @@ class CpuMeter:
         return out
 
     def start(self) -> None:
-        self._start = (time.monotonic(), self._sample(), machine_busy_seconds())
+        self._start = (time.monotonic(), self._sample(), machine_seconds())
 
     def shares(self) -> dict[str, float]:
         assert self._start is not None, "start() first"
@@ -147,11 +150,12 @@ class CpuMeter:
                 role = role_of(name)
                 out[role] = out.get(role, 0.0) + (seconds - before[name]) / elapsed
         shares = {role: round(share, 3) for role, share in sorted(out.items())}
-        machine_after = machine_busy_seconds()
+        machine_after = machine_seconds()
         if machine_before is not None and machine_after is not None:
-            total = machine_after[1] - machine_before[1]
+            total = machine_after[2] - machine_before[2]
             if total > 0:
                 shares["machine_busy"] = round((machine_after[0] - machine_before[0]) / total, 3)
+                shares["machine_steal"] = round((machine_after[1] - machine_before[1]) / total, 3)
         return shares
 
 

@@ -176,16 +176,18 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
         lines += [
             "## Meridian: where the machine's CPU went", "",
             "Cores busy per second of each phase, summed over the cluster's processes of a role "
-            "(the driver's own is `driver CPU` above), and the whole machine's busy fraction "
-            "(1.0: every core busy; PostgreSQL's and etcd's runs are not metered this way).", "",
-            "| run | RTT ms | " + " | ".join(roles) + " | machine busy |",
-            "|---|---:|" + "---:|" * (len(roles) + 1),
+            "(the driver's own is `driver CPU` above), the whole machine's busy fraction "
+            "(1.0: every core busy; PostgreSQL's and etcd's runs are not metered this way), and "
+            "the fraction the host stole (a virtual CPU ready to run while the host ran "
+            "something else: on a shared host it comes and goes, and every figure with it).", "",
+            "| run | RTT ms | " + " | ".join(roles) + " | machine busy | stolen |",
+            "|---|---:|" + "---:|" * (len(roles) + 2),
         ]
         for system, rtt, shares in cpu:
             lines.append(
                 f"| {LABELS.get(system, system)} | {rtt:g} | "
                 + " | ".join(_fmt(shares.get(role), 2) for role in roles)
-                + f" | {_fmt(shares.get('machine_busy'), 2)} |"
+                + f" | {_fmt(shares.get('machine_busy'), 2)} | {_fmt(shares.get('machine_steal'), 3)} |"
             )
         lines.append("")
     certified = report["meridian_certified_commits"]

@@ -34,6 +34,13 @@ def test_micro_counts_what_the_servers_committed(generators: str) -> None:
     metrics = result["metrics"]
     assert metrics["endpoints_scraped"] == metrics["endpoints"] == 2
     assert metrics["ratio_to_benchmark"] == 1.0
+    # The core's figure (efficiency's denominator): six runs around the load, all counted.
+    runs = result["core_runs_txn_per_s"]
+    assert len(runs) == 6, runs
+    assert min(runs) - 1 <= result["core_txn_per_s"] <= max(runs) + 1, result
+    assert result["core_best_txn_per_s"] == pytest.approx(max(runs), abs=1)
+    assert result["efficiency"] >= result["efficiency_vs_best"] > 0
+    assert 0 < result["machine_busy"] <= 1 and 0 <= result["machine_steal"] <= 1, result
     if generators == "client":
         assert result["submits_per_txn"] == 1.0
         rpc = result["client_rpc_per_txn"]
