@@ -353,6 +353,9 @@ def main() -> None:
         result["client_rpc_per_txn"] = {
             name: round(value / max(committed, 1), 3) for name, value in measured["client_rpc"].items()
         }
+        # This process's CPU over the load (the SDK and the benchmark's own loop) per
+        # committed transaction.
+        result["client_cpu_us_per_txn"] = round(measured["client_cpu_s"] * 1e6 / max(committed, 1), 1)
         result["submits"] = measured["submits"]
         result["submits_per_txn"] = round(measured["submits"] / max(counts["attempts"], 1), 4)
     for kind, histogram in histograms.items():
@@ -434,10 +437,12 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         scraped_before = await asyncio.to_thread(scrape_cluster, config)
         rpc_before = client._rpc.stats()
         machine_before = machine_seconds()
+        cpu_before = time.process_time()
         if args.generators == "in-server":
             measured = await generate_in_servers(client, args)
         else:
             measured = await drive(client, keys, args, quiet)
+        measured["client_cpu_s"] = time.process_time() - cpu_before
         machine_after = machine_seconds()
         rpc_after = client._rpc.stats()
         if machine_before is not None and machine_after is not None:

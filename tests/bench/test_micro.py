@@ -42,6 +42,7 @@ def test_micro_counts_what_the_servers_committed(generators: str) -> None:
     assert result["efficiency"] >= result["efficiency_vs_best"] > 0
     assert 0 < result["machine_busy"] <= 1 and 0 <= result["machine_steal"] <= 1, result
     if generators == "client":
+        assert result["client_cpu_us_per_txn"] > 0
         assert result["submits_per_txn"] == 1.0
         rpc = result["client_rpc_per_txn"]
         assert rpc["tx_pkts"] >= 1.0  # a request each, at least
