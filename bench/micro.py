@@ -15,8 +15,8 @@ the same minutes: on a shared host the core's speed moved by 1.9x within seconds
 20,000 transactions at 26,000 and at 49,000 txn/s in the same hour) while the cluster's
 15-second figure moved by 10%, so the ratio of the cluster's mean to the core's best run
 measured the machine's spell more than the cluster. The best run is reported beside it
-(``core_best_txn_per_s``, ``efficiency_vs_best``). The cluster has two cores for two leaders and the
-client; the core's figure has one for both leaders and no client.
+(``core_best_txn_per_s``, ``efficiency_vs_best``). The cluster has two cores for two
+leaders and the client; the core's figure has one for both leaders and no client.
 ``submits_per_txn`` is the SUBMIT requests the shard leaders received (their own counters,
 read before and after the load) per transaction attempt the clients made: 1.0 when every
 transaction costs one request.
@@ -447,9 +447,11 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         rpc_after = client._rpc.stats()
         if machine_before is not None and machine_after is not None:
             busy, stolen, total_s = (a - b for a, b in zip(machine_after, machine_before, strict=True))
-            measured["machine"] = {
-                "machine_busy": round(busy / total_s, 3), "machine_steal": round(stolen / total_s, 3)
-            } if total_s > 0 else {}
+            if total_s > 0:
+                measured["machine"] = {
+                    "machine_busy": round(busy / total_s, 3),
+                    "machine_steal": round(stolen / total_s, 3),
+                }
         measured["client_rpc"] = {
             name: rpc_after[name] - rpc_before[name]
             for name in (
