@@ -45,15 +45,8 @@ from store.rpc.settings import RpcSettings
 # would queue every new transaction behind them.
 # sessions_max: a server's session table holds one session per client (every SDK Client is
 # one) and per peer; sessions of processes that went away stay until they time out.
-# rto_ns: eRPC's 5 ms assumes handlers of microseconds. Here a request waits its turn behind
-# Python handlers on a busy server (bench/micro.py: p50 3.6 ms, p99 12 ms), so at 5 ms 14% of
-# transactions had a request sent again for nothing (each a duplicate and a ping for the
-# server to handle). At 20 ms: 0.2-0.7%, and 5.9% more committed throughput in five
-# alternating pairs (means 15,282 -> 16,185 txn/s; none in two pairs of a slower spell,
-# 2026-12-05). A lost packet (rare on loopback) costs 20 ms instead of 5.
 MERIDIAN_RPC_SETTINGS = RpcSettings(
-    session_credits=64, session_req_window=64, server_credits_max=256 * 64, sessions_max=2048,
-    rto_ns=20_000_000,
+    session_credits=64, session_req_window=64, server_credits_max=256 * 64, sessions_max=2048
 )
 
 

@@ -211,9 +211,7 @@ def reference() -> str:
         "rpc",
         "The RPC core's limits (`store/rpc/settings.py`); both ends of a session must agree. "
         "Meridian's defaults differ from eRPC's in the window (64 requests and credits per "
-        "session), the session table (2048) and the retransmission timeout (20 ms: a request "
-        "waits behind Python handlers on a busy server for milliseconds, and at 5 ms one "
-        "transaction in seven was sent again for nothing).",
+        "session) and the session table (2048).",
         rpc, docstring_docs(RpcSettings),
     )
     lines += _settings_table(
