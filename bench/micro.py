@@ -57,7 +57,7 @@ import msgpack  # noqa: E402
 from hdrh.histogram import HdrHistogram  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.peers.meridian import machine_seconds  # noqa: E402
+from bench.peers.meridian import machine_seconds, machine_shares  # noqa: E402
 from store import config as config_module  # noqa: E402
 from store import wire  # noqa: E402
 from store.client import Aborted, Client, MeridianError  # noqa: E402
@@ -333,7 +333,7 @@ def main() -> None:
         "core_runs_txn_per_s": [round(c / s) for c, s in core_meter.slices],
         # The whole machine over the load: busy, and stolen by the host (a virtual CPU ready
         # to run while the host ran something else; every figure moves with it).
-        **measured.get("machine", {}),
+        **measured["machine"],
         "metrics": metrics_check(measured["scraped"], committed),
     }
     if in_server:
@@ -443,15 +443,8 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         else:
             measured = await drive(client, keys, args, quiet)
         measured["client_cpu_s"] = time.process_time() - cpu_before
-        machine_after = machine_seconds()
+        measured["machine"] = machine_shares(machine_before, machine_seconds())
         rpc_after = client._rpc.stats()
-        if machine_before is not None and machine_after is not None:
-            busy, stolen, total_s = (a - b for a, b in zip(machine_after, machine_before, strict=True))
-            if total_s > 0:
-                measured["machine"] = {
-                    "machine_busy": round(busy / total_s, 3),
-                    "machine_steal": round(stolen / total_s, 3),
-                }
         measured["client_rpc"] = {
             name: rpc_after[name] - rpc_before[name]
             for name in (

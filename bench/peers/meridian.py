@@ -111,6 +111,17 @@ def machine_seconds() -> tuple[float, float, float] | None:
     return (sum(ticks) - idle - steal) / tick, steal / tick, sum(ticks) / tick
 
 
+def machine_shares(
+    before: tuple[float, float, float] | None, after: tuple[float, float, float] | None
+) -> dict[str, float]:
+    """The whole machine between two ``machine_seconds()``: busy (``machine_busy``) and
+    stolen by the host (``machine_steal``), fractions of its time; {} when not measured."""
+    if before is None or after is None or after[2] <= before[2]:
+        return {}
+    busy, stolen, total = (a - b for a, b in zip(after, before, strict=True))
+    return {"machine_busy": round(busy / total, 3), "machine_steal": round(stolen / total, 3)}
+
+
 def role_of(name: str) -> str:
     """The group a cluster process's CPU is reported under."""
     if name == "wan-proxy":
@@ -150,12 +161,7 @@ class CpuMeter:
                 role = role_of(name)
                 out[role] = out.get(role, 0.0) + (seconds - before[name]) / elapsed
         shares = {role: round(share, 3) for role, share in sorted(out.items())}
-        machine_after = machine_seconds()
-        if machine_before is not None and machine_after is not None:
-            total = machine_after[2] - machine_before[2]
-            if total > 0:
-                shares["machine_busy"] = round((machine_after[0] - machine_before[0]) / total, 3)
-                shares["machine_steal"] = round((machine_after[1] - machine_before[1]) / total, 3)
+        shares.update(machine_shares(machine_before, machine_seconds()))
         return shares
 
 
