@@ -436,6 +436,7 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         before = await submits(client)
         scraped_before = await asyncio.to_thread(scrape_cluster, config)
         rpc_before = client._rpc.stats()
+        wakes_before = client._rpc.timer_wakes
         machine_before = machine_seconds()
         cpu_before = time.process_time()
         if args.generators == "in-server":
@@ -453,6 +454,7 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
             )
             if name in rpc_after  # datagrams: since bundling (an older core has only packets)
         }
+        measured["client_rpc"]["timer_wakes"] = client._rpc.timer_wakes - wakes_before
         measured["submits"] = await submits(client) - before
         measured["scraped"] = (scraped_before, await asyncio.to_thread(scrape_cluster, config))
         return measured

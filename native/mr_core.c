@@ -41,6 +41,7 @@ typedef struct mr_slot {
     uint64_t tag;
     uint64_t progress_at;
     uint8_t held; /* client: the server said its handler holds the whole request */
+    uint64_t sample_at; /* client: last request packet's first send (0: not yet; MAX: no sample) */
 } mr_slot;
 
 typedef struct mr_backlog {
@@ -68,6 +69,7 @@ typedef struct mr_session {
     uint32_t backlog_len;
     uint32_t kick_cursor;
     uint32_t generation; /* distinguishes successive sessions with the same number */
+    uint64_t srtt_ns, rttvar_ns, rto_cur_ns; /* client: RFC 6298 estimate (0: no sample) */
     uint16_t local_tag;  /* carried by data packets to this end */
     uint16_t remote_tag; /* put on data packets to the peer */
 } mr_session;
@@ -84,6 +86,12 @@ typedef struct mr_delayed {
     uint8_t addr[MR_ADDR_MAX];
     uint8_t *data;
 } mr_delayed;
+
+/* A request handed to its handler, to be said "held" at due_at if still there. */
+typedef struct mr_holdent {
+    uint64_t due_at, req_num;
+    uint32_t session, generation;
+} mr_holdent;
 
 typedef struct mr_fault {
     uint32_t addr_len; /* 0: default rule */
@@ -112,6 +120,9 @@ struct mr_core {
 
     mr_delayed *delayed;
     uint32_t delayed_len, delayed_cap;
+
+    mr_holdent *hold; /* ring, oldest first: due_at grows with delivery time */
+    uint32_t hold_head, hold_len, hold_cap;
 
     mr_event *ev;
     uint32_t ev_len, ev_cap;
@@ -250,6 +261,8 @@ void mr_settings_default(mr_settings *s) {
     s->session_req_window = 8;
     s->rto_ns = 5000000ull;
     s->rto_held_ns = 50000000ull;
+    s->rto_max_ns = 20000000ull;
+    s->hold_ack_ns = 2500000ull;
     s->msg_size_max = 8u << 20;
     s->sessions_max = 256;
     s->server_credits_max = 256u * 32u;
@@ -337,6 +350,7 @@ void mr_core_free(mr_core *c) {
     }
     for (uint32_t i = 0; i < c->delayed_len; i++) free(c->delayed[i].data);
     free(c->delayed);
+    free(c->hold);
     for (uint32_t i = 0; i < c->ev_len; i++) free(c->ev[i].data);
     free(c->ev);
     free(c->tx);
@@ -719,6 +733,8 @@ int mr_core_destroy_session(mr_core *c, int session, uint64_t now) {
     return 0;
 }
 
+static uint64_t session_rto(const mr_core *c, const mr_session *s);
+
 int mr_core_session_info(const mr_core *c, int session, mr_session_info *out) {
     if (session < 0 || (uint32_t)session >= c->s.sessions_max) return -1;
     const mr_session *s = &c->sessions[session];
@@ -732,10 +748,36 @@ int mr_core_session_info(const mr_core *c, int session, mr_session_info *out) {
     out->remote_session = s->remote_num;
     out->local_tag = s->local_tag;
     out->remote_tag = s->remote_tag;
+    out->srtt_ns = s->srtt_ns;
+    out->rttvar_ns = s->rttvar_ns;
+    out->rto_ns = s->role == MR_ROLE_CLIENT ? session_rto(c, s) : 0;
     return 0;
 }
 
 /* ----------------------------------------------------------------- client */
+
+/* The retransmission timeout of a client session: rto_ns until a round trip is measured. */
+static uint64_t session_rto(const mr_core *c, const mr_session *s) {
+    return s->rto_cur_ns ? s->rto_cur_ns : c->s.rto_ns;
+}
+
+/* One round trip of a request sent once and answered without "held" (RFC 6298, 2.2-2.3;
+ * no clock granularity term: the clock is in nanoseconds). */
+static void rtt_sample(mr_core *c, mr_session *s, uint64_t r) {
+    if (r == 0) r = 1;
+    if (s->srtt_ns == 0) {
+        s->srtt_ns = r;
+        s->rttvar_ns = r / 2;
+    } else {
+        uint64_t d = s->srtt_ns > r ? s->srtt_ns - r : r - s->srtt_ns;
+        s->rttvar_ns = (3 * s->rttvar_ns + d) / 4;
+        s->srtt_ns = (7 * s->srtt_ns + r) / 8;
+    }
+    uint64_t rto = s->srtt_ns + 4 * s->rttvar_ns;
+    if (rto > c->s.rto_max_ns) rto = c->s.rto_max_ns;
+    if (rto < c->s.rto_ns) rto = c->s.rto_ns;
+    s->rto_cur_ns = rto;
+}
 
 static void client_send_pkt(mr_core *c, mr_session *s, mr_slot *sl, uint64_t now) {
     /* Wire index num_tx: a request packet, or an RFR for response packet
@@ -761,12 +803,13 @@ static void client_send_pkt(mr_core *c, mr_session *s, mr_slot *sl, uint64_t now
         emit(c, s->addr, s->addr_len, &h, NULL, 0, now);
     }
     sl->num_tx++;
+    if (sl->num_tx == sl->req_pkts && sl->sample_at == 0) sl->sample_at = now;
     s->credits--;
     uint32_t in_flight = s->credits_max - s->credits;
     if (in_flight > s->in_flight_max) s->in_flight_max = in_flight;
     if (in_flight > c->stats.in_flight_max) c->stats.in_flight_max = in_flight;
     sl->progress_at = now;
-    lower_deadline(c, now + c->s.rto_ns);
+    lower_deadline(c, now + session_rto(c, s));
 }
 
 /* How many packets of this slot may be sent now, ignoring credits. */
@@ -879,6 +922,7 @@ static void client_rx_data(mr_core *c, mr_session *s, const mr_hdr *h, const uin
             if (sl->num_rx + 1 == sl->req_pkts && sl->num_tx >= sl->req_pkts) {
                 c->stats.rx_held++;
                 sl->held = 1;
+                sl->sample_at = UINT64_MAX; /* its time is the handler's, not the path's */
                 sl->progress_at = now;
                 s->alive_at = now;
             } else {
@@ -919,6 +963,9 @@ static void client_rx_data(mr_core *c, mr_session *s, const mr_hdr *h, const uin
                 if (buf == NULL) return; /* treated as a loss; retransmission retries */
                 memcpy(buf, payload, plen);
             }
+            if (sl->sample_at != 0 && sl->sample_at != UINT64_MAX)
+                rtt_sample(c, s, elapsed(now, sl->sample_at));
+            sl->sample_at = UINT64_MAX;
             sl->resp_size = h->msg_size;
             sl->resp_pkts = pkts;
             sl->resp_buf = buf;
@@ -956,10 +1003,11 @@ static void client_retransmit_scan(mr_core *c, mr_session *s, uint64_t now) {
     for (uint32_t i = 0; i < c->s.session_req_window; i++) {
         mr_slot *sl = &s->slots[i];
         if (sl->state != MR_SLOT_BUSY || sl->num_tx == sl->num_rx) continue;
-        uint64_t rto = sl->held ? c->s.rto_held_ns : c->s.rto_ns;
+        uint64_t rto = sl->held ? c->s.rto_held_ns : session_rto(c, s);
         if (elapsed(now, sl->progress_at) >= rto) {
             s->credits += sl->num_tx - sl->num_rx;
             sl->num_tx = sl->num_rx;
+            sl->sample_at = UINT64_MAX; /* Karn: a retransmitted request's answer is ambiguous */
             sl->progress_at = now;
             c->stats.retransmits++;
             rolled = 1;
@@ -1016,7 +1064,49 @@ static void server_send_cr(mr_core *c, mr_session *s, mr_slot *sl, uint32_t inde
     emit(c, s->addr, s->addr_len, &h, NULL, 0, now);
 }
 
-static void server_deliver(mr_core *c, mr_session *s, mr_slot *sl, uint8_t *data) {
+/* Remember a request just handed to its handler (hold_ack_ns). Out of memory it is not
+ * remembered: a duplicate still draws "held". */
+static void hold_push(mr_core *c, mr_session *s, mr_slot *sl, uint64_t now) {
+    if (c->hold_len == c->hold_cap) {
+        uint32_t cap = c->hold_cap ? c->hold_cap * 2 : 64;
+        mr_holdent *ring = malloc((size_t)cap * sizeof(*ring));
+        if (ring == NULL) return;
+        for (uint32_t i = 0; i < c->hold_len; i++)
+            ring[i] = c->hold[(c->hold_head + i) % c->hold_cap];
+        free(c->hold);
+        c->hold = ring;
+        c->hold_cap = cap;
+        c->hold_head = 0;
+    }
+    mr_holdent *e = &c->hold[(c->hold_head + c->hold_len) % c->hold_cap];
+    /* At most half the client's timeout, so "held" arrives before its retransmission. */
+    uint64_t wait = c->s.hold_ack_ns < c->s.rto_ns / 2 ? c->s.hold_ack_ns : c->s.rto_ns / 2;
+    e->due_at = now + wait;
+    e->req_num = sl->req_num;
+    e->session = (uint32_t)(s - c->sessions);
+    e->generation = s->generation;
+    c->hold_len++;
+}
+
+/* Say "held" for every remembered request that is due and still in its handler. */
+static void hold_scan(mr_core *c, uint64_t now) {
+    while (c->hold_len > 0) {
+        mr_holdent *e = &c->hold[c->hold_head];
+        if (e->due_at > now) return;
+        mr_session *s = &c->sessions[e->session];
+        if (s->role == MR_ROLE_SERVER && s->generation == e->generation && s->slots != NULL) {
+            mr_slot *sl = &s->slots[e->req_num % c->s.session_req_window];
+            if (sl->state == MR_SLOT_IN_HANDLER && sl->req_num == e->req_num) {
+                c->stats.held_sent++;
+                server_send_cr(c, s, sl, sl->req_pkts - 1, now);
+            }
+        }
+        c->hold_head = (c->hold_head + 1) % c->hold_cap;
+        c->hold_len--;
+    }
+}
+
+static void server_deliver(mr_core *c, mr_session *s, mr_slot *sl, uint8_t *data, uint64_t now) {
     if (event_push(c, MR_EV_REQUEST, sl->req_type, s->local_num, (int32_t)s->generation,
                    sl->req_num, data, sl->req_size) != 0) {
         /* Out of memory: forget the request, as if lost; the client's retransmission brings
@@ -1029,6 +1119,7 @@ static void server_deliver(mr_core *c, mr_session *s, mr_slot *sl, uint8_t *data
     }
     sl->state = MR_SLOT_IN_HANDLER;
     c->stats.requests_handled++;
+    if (c->s.hold_ack_ns) hold_push(c, s, sl, now);
 }
 
 static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint8_t *payload,
@@ -1076,7 +1167,7 @@ static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint
         sl->req_pkts = pkts;
         sl->num_rx = 1;
         if (pkts == 1) {
-            server_deliver(c, s, sl, buf);
+            server_deliver(c, s, sl, buf, now);
         } else {
             sl->req_buf = buf;
             sl->state = MR_SLOT_RECEIVING;
@@ -1118,7 +1209,7 @@ static void server_rx_req(mr_core *c, mr_session *s, const mr_hdr *h, const uint
         uint8_t *buf = sl->req_buf;
         sl->req_buf = NULL;
         c->rx_reassembly_bytes -= sl->req_size;
-        server_deliver(c, s, sl, buf);
+        server_deliver(c, s, sl, buf, now);
     }
 }
 
@@ -1414,6 +1505,7 @@ void mr_core_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const uint8_
 }
 
 void mr_core_tick(mr_core *c, uint64_t now) {
+    hold_scan(c, now);
     if (now < c->deadline_at) return;
     c->deadline_at = UINT64_MAX;
     release_delayed(c, now);

@@ -72,18 +72,22 @@ static int Core_init(CoreObject *self, PyObject *args, PyObject *kwds) {
                              "rto_ns",             "msg_size_max",     "sessions_max",
                              "server_credits_max", "session_timeout_ns", "backlog_max",
                              "tx_queue_max",       "rx_reassembly_bytes_max", "seed",
-                             "rto_held_ns",        NULL};
+                             "rto_held_ns",        "hold_ack_ns",      "rto_max_ns",
+                             NULL};
     mr_settings s;
     mr_settings_default(&s);
     unsigned long long rto = s.rto_ns, timeout = s.session_timeout_ns, seed = s.seed;
     unsigned long long reassembly = s.rx_reassembly_bytes_max, rto_held = s.rto_held_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIKKK", kwlist, &s.mtu_bytes,
+    unsigned long long hold_ack = s.hold_ack_ns, rto_max = s.rto_max_ns;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$IIIKIIIKIIKKKKK", kwlist, &s.mtu_bytes,
                                      &s.session_credits, &s.session_req_window, &rto,
                                      &s.msg_size_max, &s.sessions_max, &s.server_credits_max,
                                      &timeout, &s.backlog_max, &s.tx_queue_max, &reassembly,
-                                     &seed, &rto_held))
+                                     &seed, &rto_held, &hold_ack, &rto_max))
         return -1;
+    s.rto_max_ns = rto_max;
     s.rto_held_ns = rto_held;
+    s.hold_ack_ns = hold_ack;
     s.rx_reassembly_bytes_max = reassembly;
     s.rto_ns = rto;
     s.session_timeout_ns = timeout;
@@ -537,8 +541,8 @@ static PyObject *Core_stats(CoreObject *self, PyObject *Py_UNUSED(ignored)) {
     mr_stats *s = mr_core_stats(self->core);
 #define F(name) #name, (unsigned long long)s->name
     PyObject *stats = Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
-        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(rx_held), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sm_unauthenticated), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+        F(rx_pkts), F(rx_bytes), F(tx_pkts), F(tx_bytes), F(rx_short), F(rx_oversized), F(rx_bad_magic), F(rx_malformed), F(rx_no_buffer), F(rx_unknown_session), F(rx_stale), F(rx_out_of_order), F(rx_dup_answered), F(rx_dup_in_handler), F(rx_held), F(held_sent), F(retransmits), F(requests_handled), F(responses_received), F(sessions_refused), F(sm_unauthenticated), F(sessions_failed), F(tx_queue_dropped), F(tx_send_failed), F(fault_dropped), F(fault_duplicated), F(fault_delayed), F(in_flight_max));
 #undef F
     if (stats == NULL) return NULL;
     /* The UDP adapter's own: datagrams (a bundle is one) and malformed bundles. */
@@ -567,11 +571,13 @@ static PyObject *Core_session_info(CoreObject *self, PyObject *arg) {
     }
     static const char *roles[] = {"free", "client", "server"};
     static const char *states[] = {"free", "connecting", "connected", "disconnecting", "failed"};
-    return Py_BuildValue("{sssssIsIsIsIsIsisisi}", "role", roles[i.role % 3], "state",
+    return Py_BuildValue("{sssssIsIsIsIsIsisisisKsKsK}", "role", roles[i.role % 3], "state",
                          states[i.state % 5], "credits", i.credits, "credits_max", i.credits_max,
                          "in_flight_max", i.in_flight_max, "busy_slots", i.busy_slots, "backlog",
                          i.backlog, "remote_session", (int)i.remote_session, "local_tag",
-                         (int)i.local_tag, "remote_tag", (int)i.remote_tag);
+                         (int)i.local_tag, "remote_tag", (int)i.remote_tag, "srtt_ns",
+                         (unsigned long long)i.srtt_ns, "rttvar_ns",
+                         (unsigned long long)i.rttvar_ns, "rto_ns", (unsigned long long)i.rto_ns);
 }
 
 static PyObject *Core_set_fault(CoreObject *self, PyObject *args, PyObject *kwds) {
@@ -635,10 +641,12 @@ static PyObject *Core_get_incarnation(CoreObject *self, void *Py_UNUSED(closure)
 static PyObject *Core_get_settings(CoreObject *self, void *Py_UNUSED(closure)) {
     if (!ready(self)) return NULL;
     const mr_settings *s = mr_core_settings(self->core);
-    return Py_BuildValue("{sIsIsIsKsKsIsIsIsKsIsIsKsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
+    return Py_BuildValue("{sIsIsIsKsKsKsKsIsIsIsKsIsIsKsK}", "mtu_bytes", s->mtu_bytes, "session_credits",
                          s->session_credits, "session_req_window", s->session_req_window,
-                         "rto_ns", (unsigned long long)s->rto_ns, "rto_held_ns",
-                         (unsigned long long)s->rto_held_ns, "msg_size_max", s->msg_size_max,
+                         "rto_ns", (unsigned long long)s->rto_ns, "rto_max_ns",
+                         (unsigned long long)s->rto_max_ns, "rto_held_ns",
+                         (unsigned long long)s->rto_held_ns, "hold_ack_ns",
+                         (unsigned long long)s->hold_ack_ns, "msg_size_max", s->msg_size_max,
                          "sessions_max", s->sessions_max, "server_credits_max",
                          s->server_credits_max, "session_timeout_ns",
                          (unsigned long long)s->session_timeout_ns, "backlog_max", s->backlog_max,

@@ -181,6 +181,11 @@ class ServerCollector(Collector):
             "meridian_rpc_retransmissions", "packets the RPC core sent again (go-back-N)",
             rpc["retransmits"],
         )
+        yield counter(
+            "meridian_rpc_held_sent",
+            "requests said held (in their handler) unasked, after hold_ack_ns",
+            rpc["held_sent"],
+        )
         yield counter("meridian_rpc_packets_sent", "packets the RPC core sent", rpc["tx_pkts"])
         yield counter(
             "meridian_rpc_packets_received", "packets the RPC core received", rpc["rx_pkts"]

@@ -121,7 +121,8 @@ class Session:
             self._on_connect.append(callback)
 
     def info(self) -> dict[str, Any]:
-        """The core's view: state, credits, in_flight_max, busy slots, backlog."""
+        """The core's view: state, credits, in_flight_max, busy slots, backlog, and (a
+        client's) the round-trip estimate and retransmission timeout (srtt_ns, rto_ns)."""
         if self.state in ("failed", "closed"):
             return {"state": self.state}
         info: dict[str, Any] = self._endpoint._core.session_info(self.num)

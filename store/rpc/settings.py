@@ -15,11 +15,20 @@ class RpcSettings:
         payload). Messages are cut into packets of mtu_bytes - 16 bytes of payload.
     session_credits: packets a client may have in flight on one session (eRPC: 32).
     session_req_window: requests outstanding per session; more wait in a backlog (eRPC: 8).
-    rto_ns: retransmission timeout (eRPC: 5 ms).
+    rto_ns: retransmission timeout (eRPC: 5 ms), and the floor of the adaptive one.
+    rto_max_ns: ceiling of the adaptive retransmission timeout. Each client session measures
+        the round trips of requests sent once and not said "held" (RFC 6298: srtt + 4
+        rttvar, Karn's rule) and uses that, between rto_ns and rto_max_ns: a request that
+        waits behind a busy server's other handlers is not taken for a loss. At or below
+        rto_ns: a fixed rto_ns.
     rto_held_ns: the retransmission timeout of a request the server has said its handler
         holds (a duplicate of it arrived while the handler ran): only a lost response is left
         to recover, so a long handler (a commit waiting for another region) costs one
         retransmission per rto_held_ns, not one per rto_ns.
+    hold_ack_ns: a server says "held" unasked, once, for a request whose handler has run this
+        long (at most rto_ns / 2 is used), so a handler that waits behind others on a busy
+        server draws no retransmission and ping. Sent when the server next receives a packet
+        or ticks; 0: only in answer to a duplicate.
     msg_size_max: largest request or response (default 8 MiB; at most 2**24 - 1).
     sessions_max: session table size of the endpoint, client and server sessions together.
     server_credits_max: credits a server grants over all its sessions; a connect beyond it is
@@ -37,7 +46,9 @@ class RpcSettings:
     session_credits: int = 32
     session_req_window: int = 8
     rto_ns: int = 5_000_000
+    rto_max_ns: int = 20_000_000
     rto_held_ns: int = 50_000_000
+    hold_ack_ns: int = 2_500_000
     msg_size_max: int = 8 << 20
     sessions_max: int = 256
     server_credits_max: int = 256 * 32

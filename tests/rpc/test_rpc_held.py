@@ -19,7 +19,7 @@ MS = 1_000_000
 
 
 def _slow_pair(seed: int, settings: RpcSettings = SETTINGS, **network: Any) -> tuple[Any, ...]:
-    """A server whose handler answers only when the test says so."""
+    """A server whose handler of type 1 answers only when the test says so; type 2 echoes."""
     held: list[tuple[ReqHandle, bytes]] = []
     runs: list[bytes] = []
 
@@ -29,6 +29,7 @@ def _slow_pair(seed: int, settings: RpcSettings = SETTINGS, **network: Any) -> t
 
     nexus = Nexus()
     nexus.register_req_func(1, handler)
+    nexus.register_req_func(2, lambda _h, p: p)
     net, server, client = sim_pair(seed, settings, server_nexus=nexus, **network)
     return net, server, client, held, runs
 
@@ -50,6 +51,38 @@ def test_a_held_request_is_asked_for_every_rto_held_not_every_rto(size: int) -> 
     assert net.run_until(pending.done)
     assert pending.result() == pattern(size)[::-1]
     assert runs == [pattern(size)]  # the handler ran once
+
+
+def _held_among_traffic(settings: RpcSettings) -> tuple[dict[str, int], dict[str, int]]:
+    """A slow request held 20 ms by a server that meanwhile answers a quick request every
+    0.5 ms (a busy server: it receives, so its core runs, without a timer of its own)."""
+    net, server, client, held, _runs = _slow_pair(seed=3, settings=settings)
+    session = client.create_session("server")
+    slow = client.enqueue_request(session, 1, b"slow")
+    quick = []
+    for i in range(40):
+        quick.append(client.enqueue_request(session, 2, b"quick %d" % i))
+        net.run_for(MS // 2)
+    assert all(p.done() and p.result() == b"quick %d" % i for i, p in enumerate(quick))
+    handle, payload = held.pop()
+    handle.respond(payload)
+    assert net.run_until(slow.done)
+    assert slow.result() == b"slow"
+    return client.stats(), server.stats()
+
+
+def test_a_busy_server_says_held_unasked_so_a_slow_request_is_not_retransmitted() -> None:
+    client, server = _held_among_traffic(SETTINGS)
+    # "held" said once, at hold_ack_ns (2.5 ms), before the client's rto_ns (5 ms): no
+    # retransmission, no duplicate at the server.
+    assert server["held_sent"] == 1, server
+    assert client["rx_held"] == 1, client
+    assert client["retransmits"] == 0, client
+    assert server["rx_dup_in_handler"] == 0, server
+    # Without it (hold_ack_ns=0) the same 20 ms wait costs a retransmission and a duplicate.
+    client, server = _held_among_traffic(SETTINGS.replace(hold_ack_ns=0))
+    assert server["held_sent"] == 0, server
+    assert client["retransmits"] >= 1 and server["rx_dup_in_handler"] >= 1, (client, server)
 
 
 def test_a_lost_response_to_a_held_request_is_recovered() -> None:
@@ -109,3 +142,32 @@ def test_rto_held_below_rto_is_refused() -> None:
 
     with pytest.raises(ValueError, match="rto_held_ns"):
         _native.Core(**RpcSettings(rto_ns=10 * MS, rto_held_ns=MS).core_kwargs(), seed=1)
+
+
+def _slow_path(settings: RpcSettings) -> tuple[dict[str, int], dict[str, Any]]:
+    """400 requests, 8 at a time, over a path whose round trip is 3 to 7 ms (half of them
+    longer than rto_ns, 5 ms), to a server that answers at once: a request waiting behind a
+    busy server's other handlers looks like this."""
+    net, _server, client = sim_pair(7, settings, latency_ns=3 * MS // 2, jitter_ns=2 * MS)
+    session = client.create_session("server")
+    for burst in range(400 // 8):
+        pendings = [
+            client.enqueue_request(session, 1, pattern(30, salt=burst * 8 + i)) for i in range(8)
+        ]
+        assert net.run_until(lambda: all(p.done() for p in pendings), until_ns=net.now_ns + 10**10)
+        assert [p.result() for p in pendings] == [pattern(30, salt=burst * 8 + i) for i in range(8)]
+    return client.stats(), session.info()
+
+
+def test_the_retransmission_timeout_adapts_to_round_trips_around_rto() -> None:
+    """RFC 6298 per session: the round trips of requests answered within the timeout in use
+    (Karn's rule) set it to srtt + 4 rttvar, between rto_ns and rto_max_ns, and requests
+    stop being sent twice. A fixed rto_ns (rto_max_ns at or below it) sends every request
+    slower than 5 ms twice."""
+    stats, info = _slow_path(SETTINGS)
+    assert stats["retransmits"] <= 40, stats
+    assert 3 * MS <= info["srtt_ns"] <= 7 * MS, info
+    assert 7 * MS <= info["rto_ns"] <= SETTINGS.rto_max_ns, info
+    fixed, info = _slow_path(SETTINGS.replace(rto_max_ns=0))
+    assert fixed["retransmits"] >= 120, fixed
+    assert info["rto_ns"] == SETTINGS.rto_ns, info
