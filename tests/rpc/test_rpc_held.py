@@ -154,7 +154,9 @@ def _slow_path(settings: RpcSettings) -> tuple[dict[str, int], dict[str, Any]]:
         pendings = [
             client.enqueue_request(session, 1, pattern(30, salt=burst * 8 + i)) for i in range(8)
         ]
-        assert net.run_until(lambda: all(p.done() for p in pendings), until_ns=net.now_ns + 10**10)
+        assert net.run_until(
+            lambda pendings=pendings: all(p.done() for p in pendings), until_ns=net.now_ns + 10**10
+        )
         assert [p.result() for p in pendings] == [pattern(30, salt=burst * 8 + i) for i in range(8)]
     return client.stats(), session.info()
 
