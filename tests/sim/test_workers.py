@@ -146,13 +146,14 @@ def test_entries_gossiped_from_a_later_epoch_taken_at_once_are_caught(
     (AWAIT, 2026-12-04); then none of the first few hundred did, and seeds 2342 and 2747 of
     2000-2999 did; once commit-waiting clients hurried their streams' batches, 2644 and 4336; once commits
     rode on Accepts, 3518 and 3797; with 20 ms batches, 312; once participants hurried for
-    the coordinator's waiting clients, 3746 (2026-12-05; tests/core/test_watermark.py
-    breaks the rule directly as well)."""
+    the coordinator's waiting clients, 3746 (2026-12-05); once busy servers said "held"
+    unasked and retransmission timeouts adapted, 4537 (2026-12-06; tests/core/
+    test_watermark.py breaks the rule directly as well)."""
     monkeypatch.setattr(sim_cluster, "LocalWatermarks", lambda shards, slots: None)
     monkeypatch.setattr(
         VectorWatermark, "learn_entries", lambda self, entries, epoch: self.learn_clocks(entries)
     )
-    caught(FAULTS, [3746], {"lost-committed", "committed-before-durable"})
+    caught(FAULTS, [4537], {"lost-committed", "committed-before-durable"})
 
 
 @pytest.mark.patches_core
