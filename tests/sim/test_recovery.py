@@ -71,8 +71,9 @@ def test_crashes_and_partitions_together() -> None:
         # have: 4 of seeds 0-39 showed it (2026-12-01, after idle heartbeats went from 10 ms);
         # seed 18 on 2026-12-03, seed 1 on 2026-12-04 (commits riding on Accepts),
         # seed 2 with 20 ms batches (2026-12-05), seed 0 with hurried batches on the clock's
-        # ticks, seed 7 once participants hurried too (clean unbroken).
-        ("takeover", [7], {"lost-committed", "follower-diverged",
+        # ticks, seed 7 once participants hurried too (clean unbroken), seed 0 again once
+        # busy servers said "held" unasked and RPC timeouts adapted (2026-12-06).
+        ("takeover", [0], {"lost-committed", "follower-diverged",
                                         "invariant-broken", "recovery-unfinished", "G1a",
                                         "snapshot-mismatch", "rollback-incomplete"}),
     ],

@@ -130,8 +130,8 @@ def test_a_worker_certifying_with_a_counter_of_a_later_epoch_is_caught(
 ) -> None:
     monkeypatch.setattr(ShardWatermark, "beyond_epoch", lambda self: False)
     # Seeds 386, 451, 482 of 120-699 on 2026-12-04 (none of 0-119: a rare schedule); seed
-    # 123 of 0-123 with 20 ms batches (2026-12-05).
-    caught(FAULTS, [123], {"committed-before-durable", "lost-committed", "invariant-broken"})
+    # 123 of 0-123 with 20 ms batches (2026-12-05); 84 since the RPC changes (2026-12-06).
+    caught(FAULTS, [84], {"committed-before-durable", "lost-committed", "invariant-broken"})
 
 
 @pytest.mark.patches_core
