@@ -114,6 +114,9 @@ class RunResult:
                     "p99_ms": percentile_ms(self.latencies_s[kind], 99),
                     # With closed-loop clients, throughput is clients / mean latency.
                     "mean_ms": mean_ms(self.latencies_s[kind]),
+                    # The tail's share: a Meridian read-only transaction that read a version
+                    # not yet durable waits for its commit (about a wide-area round).
+                    "over_10ms_share": share_at_least(self.latencies_s[kind], 0.010),
                 }
                 for kind in KINDS
             },
@@ -136,6 +139,13 @@ def percentile_ms(values: Sequence[float], p: float) -> float | None:
     # Nearest rank: the smallest value with at least p% of the values at or below it.
     rank = max(1, -(-len(ordered) * p // 100))
     return round(ordered[int(rank) - 1] * 1000, 3)
+
+
+def share_at_least(values: Sequence[float], limit_s: float) -> float | None:
+    """The fraction of ``values`` at or above ``limit_s`` (None for none)."""
+    if not values:
+        return None
+    return round(sum(1 for x in values if x >= limit_s) / len(values), 5)
 
 
 def mean_ms(values: Sequence[float]) -> float | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bench.peers.common import share_at_least
 from tests.conftest import REPO
 
 # Away from geo3's own ports and from the other cluster tests' ranges (17000-30000).
@@ -119,6 +120,27 @@ def test_meridian_says_where_a_read_modify_write_waits(peers: dict[str, Any]) ->
     assert split["certified_mean_ms"] + split["commit_wait_mean_ms"] >= whole * 0.5, (split, whole)
     text = (peers["out"] / "report.md").read_text()
     assert "where a read-modify-write's time goes" in text
+
+
+def test_each_kind_says_what_share_of_it_took_10_ms_or_more(peers: dict[str, Any]) -> None:
+    """The tail that a read-only transaction's wait for a version not yet durable makes: a
+    share, consistent with the kind's percentiles, and in report.md's by-kind table."""
+    for run in peers["report"]["runs"]:
+        if run["status"] != "ok":
+            continue
+        for kind, figures in run["by_kind"].items():
+            share = figures["over_10ms_share"]
+            assert 0 <= share <= 1, (run["system"], kind, figures)
+            if figures["p99_ms"] < 10:
+                assert share <= 0.01, (run["system"], kind, figures)
+            if figures["p50_ms"] >= 10:
+                assert share >= 0.5, (run["system"], kind, figures)
+    assert "read-only at 10 ms or more" in (peers["out"] / "report.md").read_text()
+
+
+def test_share_at_least_counts_values_at_the_limit() -> None:
+    assert share_at_least([0.001, 0.010, 0.020, 0.005], 0.010) == 0.5
+    assert share_at_least([], 0.010) is None
 
 
 def test_meridian_says_where_the_machine_cpu_went(peers: dict[str, Any]) -> None:
