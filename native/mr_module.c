@@ -11,6 +11,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -350,14 +351,16 @@ static int rx_scratch(CoreObject *self) {
     return 0;
 }
 
-/* udp_recv(fd, now_ns, batches_max=16) -> events. Reads datagrams with recvmmsg until the
- * socket is empty (or batches_max batches), feeds them to the core, runs due timers and
- * returns the resulting events. */
+/* udp_recv(fd, now_ns, batches_max=16, datagrams_max=0) -> events. Reads datagrams with
+ * recvmmsg until the socket is empty (or batches_max batches, or datagrams_max datagrams when
+ * that is not 0), feeds them to the core, runs due timers and returns the resulting events. */
 static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
     int fd;
     unsigned long long now;
-    unsigned int batches_max = 16;
-    if (!ready(self) || !PyArg_ParseTuple(args, "iK|I", &fd, &now, &batches_max)) return NULL;
+    unsigned int batches_max = 16, datagrams_max = 0;
+    if (!ready(self) || !PyArg_ParseTuple(args, "iK|II", &fd, &now, &batches_max, &datagrams_max))
+        return NULL;
+    unsigned int left = datagrams_max ? datagrams_max : UINT_MAX;
     if (rx_scratch(self) != 0) return NULL;
     size_t slot = mr_core_settings(self->core)->mtu_bytes + 1u;
     for (unsigned int b = 0; b < batches_max; b++) {
@@ -370,7 +373,8 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
             self->rxmsgs[i].msg_hdr.msg_name = &self->rxaddr[i];
             self->rxmsgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_storage);
         }
-        int n = recvmmsg(fd, self->rxmsgs, MR_UDP_BATCH, MSG_DONTWAIT, NULL);
+        unsigned int vlen = left < MR_UDP_BATCH ? left : MR_UDP_BATCH;
+        int n = recvmmsg(fd, self->rxmsgs, vlen, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EINTR) continue;
             break; /* EAGAIN: drained; other errors: nothing to read now */
@@ -386,7 +390,8 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
             rx_datagram(self, (const uint8_t *)h->msg_name, alen,
                         (const uint8_t *)self->rxiov[i].iov_base, self->rxmsgs[i].msg_len, now);
         }
-        if ((unsigned int)n < MR_UDP_BATCH) break;
+        left -= (unsigned int)n;
+        if ((unsigned int)n < vlen || left == 0) break;
     }
     mr_core_tick(self->core, now);
     return take_events(self->core);

@@ -121,8 +121,12 @@ class Rpc(RpcBase):
         **kwargs: Any,
     ) -> Rpc:
         """An endpoint on a new UDP socket bound to (host, port)."""
-        mtu = settings.mtu_bytes if settings is not None else RpcSettings().mtu_bytes
-        return cls(nexus, UdpTransport(host, port, mtu_bytes=mtu), settings, **kwargs)
+        chosen = settings if settings is not None else RpcSettings()
+        transport = UdpTransport(
+            host, port, mtu_bytes=chosen.mtu_bytes,
+            rx_datagrams_per_poll=chosen.rx_datagrams_per_poll,
+        )
+        return cls(nexus, transport, settings, **kwargs)
 
     @property
     def address(self) -> Any:

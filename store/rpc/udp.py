@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any
+from typing import Any, Final
 
 from store.rpc import _native
 from store.rpc.endpoint import Transport
+from store.rpc.settings import RX_DATAGRAMS_PER_POLL_MAX, RpcSettings
 
 UDP_PAYLOAD_MAX = 65507
 SOCKET_BUFFER_BYTES = 4 << 20
+RX_DATAGRAMS_PER_POLL: Final = RpcSettings().rx_datagrams_per_poll
+RX_BATCHES_MAX: Final = 16  # recvmmsg calls per receive (each of up to 64 datagrams)
 
 
 def encode_sockaddr(host: str, port: int) -> bytes:
@@ -63,10 +66,19 @@ def source_address_toward(host: str) -> str:
 class UdpTransport(Transport):
     """A non-blocking UDP socket bound to (host, port); port 0 picks a free one."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, mtu_bytes: int = 1472) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, mtu_bytes: int = 1472,
+        rx_datagrams_per_poll: int = RX_DATAGRAMS_PER_POLL,
+    ) -> None:
         if not 64 <= mtu_bytes <= UDP_PAYLOAD_MAX:
             raise ValueError(f"mtu_bytes must be in [64, {UDP_PAYLOAD_MAX}]")
+        if not 0 <= rx_datagrams_per_poll <= RX_DATAGRAMS_PER_POLL_MAX:
+            raise ValueError(
+                f"rx_datagrams_per_poll must be in [0, {RX_DATAGRAMS_PER_POLL_MAX}]"
+            )
         self.mtu_bytes = mtu_bytes
+        # RpcSettings.rx_datagrams_per_poll: the rest wait for the loop's next turn.
+        self.rx_datagrams_per_poll = rx_datagrams_per_poll
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
@@ -86,7 +98,7 @@ class UdpTransport(Transport):
         return decode_sockaddr(raw)
 
     def receive(self, core: _native.Core, now_ns: int) -> list[tuple[Any, ...]]:
-        return core.udp_recv(self._fd, now_ns)
+        return core.udp_recv(self._fd, now_ns, RX_BATCHES_MAX, self.rx_datagrams_per_poll)
 
     def flush(self, core: _native.Core) -> None:
         if core.pending_packets():

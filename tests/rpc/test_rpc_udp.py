@@ -251,3 +251,59 @@ def test_a_client_waiting_on_slow_answers_wakes_about_once_a_millisecond() -> No
         server.close()
 
     run(main)
+
+
+def _datagrams_read_per_receive(rx_datagrams_per_poll: int, sent: int) -> list[int]:
+    """How many of ``sent`` datagrams each receive of a UdpTransport read."""
+    import select
+    import socket
+
+    from store.rpc import _native
+    from store.rpc.udp import UdpTransport
+
+    transport = UdpTransport(rx_datagrams_per_poll=rx_datagrams_per_poll)
+    core = _native.Core(**RpcSettings().core_kwargs(), seed=1)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for i in range(sent):
+            sender.sendto(b"not a packet %d" % i, transport.address)
+        fd = transport.fileno()
+        assert fd is not None
+        counts: list[int] = []
+        total = 0
+        while total < sent:
+            readable, _, _ = select.select([fd], [], [], 5.0)
+            assert readable, f"only {total} of {sent} datagrams arrived"
+            transport.receive(core, time.monotonic_ns())
+            now_read = core.stats()["rx_datagrams"]
+            counts.append(now_read - total)
+            total = now_read
+        return counts
+    finally:
+        sender.close()
+        transport.close()
+
+
+def test_a_receive_reads_at_most_rx_datagrams_per_poll_and_leaves_the_rest() -> None:
+    """The rest wait in the socket for the loop's next turn (RpcSettings)."""
+    assert _datagrams_read_per_receive(2, 7) == [2, 2, 2, 1]
+    assert _datagrams_read_per_receive(0, 7) == [7]  # 0: until the socket is empty
+    assert RpcSettings().rx_datagrams_per_poll == 2
+
+
+def test_rx_datagrams_per_poll_out_of_range_is_refused() -> None:
+    import pytest
+
+    from store.config import ConfigError, settings_section
+    from store.rpc.udp import UdpTransport
+
+    for bad in (-1, 16 * 64 + 1):
+        with pytest.raises(ValueError, match="rx_datagrams_per_poll"):
+            RpcSettings(rx_datagrams_per_poll=bad)
+        with pytest.raises(ValueError, match="rx_datagrams_per_poll"):
+            UdpTransport(rx_datagrams_per_poll=bad)
+        with pytest.raises(ConfigError, match="rx_datagrams_per_poll"):
+            settings_section("rpc", RpcSettings(), {"rx_datagrams_per_poll": bad})
+    assert settings_section(
+        "rpc", RpcSettings(), {"rx_datagrams_per_poll": 0}
+    ).rx_datagrams_per_poll == 0
