@@ -1504,6 +1504,8 @@ void mr_core_rx(mr_core *c, const uint8_t *addr, uint32_t addr_len, const uint8_
         client_rx_data(c, s, &h, payload, plen, now);
 }
 
+void mr_core_tick_holds(mr_core *c, uint64_t now) { hold_scan(c, now); }
+
 void mr_core_tick(mr_core *c, uint64_t now) {
     hold_scan(c, now);
     if (now < c->deadline_at) return;

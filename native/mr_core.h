@@ -198,6 +198,10 @@ void mr_core_rx_oversized(mr_core *c);
 /* Run timers due at `now`: retransmissions, handshake retries, session timeouts, release of
  * packets held by fault injection. */
 void mr_core_tick(mr_core *c, uint64_t now);
+/* Only the "held" notices due at `now` (hold_ack_ns): for a transport that read part of what
+ * waits and must not judge a timeout before it has read the rest (a loop that stalled has
+ * the answers that keep a session alive still in its socket). */
+void mr_core_tick_holds(mr_core *c, uint64_t now);
 /* Earliest time at which mr_core_tick has work, or UINT64_MAX. May be early, never late. */
 uint64_t mr_core_deadline(const mr_core *c);
 

@@ -353,7 +353,9 @@ static int rx_scratch(CoreObject *self) {
 
 /* udp_recv(fd, now_ns, batches_max=16, datagrams_max=0) -> events. Reads datagrams with
  * recvmmsg until the socket is empty (or batches_max batches, or datagrams_max datagrams when
- * that is not 0), feeds them to the core, runs due timers and returns the resulting events. */
+ * that is not 0), feeds them to the core, runs due timers and returns the resulting events.
+ * A read that datagrams_max stopped with more perhaps waiting runs only the "held" notices:
+ * no timeout is judged before what waits is read (the caller's timer path reads it all). */
 static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
     int fd;
     unsigned long long now;
@@ -361,6 +363,7 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
     if (!ready(self) || !PyArg_ParseTuple(args, "iK|II", &fd, &now, &batches_max, &datagrams_max))
         return NULL;
     unsigned int left = datagrams_max ? datagrams_max : UINT_MAX;
+    int drained = 0;
     if (rx_scratch(self) != 0) return NULL;
     size_t slot = mr_core_settings(self->core)->mtu_bytes + 1u;
     for (unsigned int b = 0; b < batches_max; b++) {
@@ -377,6 +380,7 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
         int n = recvmmsg(fd, self->rxmsgs, vlen, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EINTR) continue;
+            drained = 1;
             break; /* EAGAIN: drained; other errors: nothing to read now */
         }
         for (int i = 0; i < n; i++) {
@@ -391,9 +395,16 @@ static PyObject *Core_udp_recv(CoreObject *self, PyObject *args) {
                         (const uint8_t *)self->rxiov[i].iov_base, self->rxmsgs[i].msg_len, now);
         }
         left -= (unsigned int)n;
-        if ((unsigned int)n < vlen || left == 0) break;
+        if ((unsigned int)n < vlen) {
+            drained = 1;
+            break;
+        }
+        if (left == 0) break;
     }
-    mr_core_tick(self->core, now);
+    if (drained || datagrams_max == 0)
+        mr_core_tick(self->core, now);
+    else
+        mr_core_tick_holds(self->core, now);
     return take_events(self->core);
 }
 

@@ -222,8 +222,9 @@ class Rpc(RpcBase):
         self.timer_wakes += 1
         # Read what has arrived before judging timeouts: after a stall of the loop (GC, a slow
         # handler), responses are already waiting in the socket and must not be mistaken for
-        # losses. The transport's receive also runs the core's due timers.
-        events = self.transport.receive(self._core, now)
+        # losses: all of them, past rx_datagrams_per_poll. The transport's receive also runs
+        # the core's due timers.
+        events = self.transport.receive_all(self._core, now)
         self._core.tick(now)
         events += self._core.take_events()
         if events:

@@ -151,7 +151,13 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def receive(self, core: _native.Core, now_ns: int) -> list[tuple[Any, ...]]:
-        """Feed every datagram that has arrived into the core; return the core's events."""
+        """Feed datagrams that have arrived into the core (all of them, or a UDP endpoint's
+        rx_datagrams_per_poll: the rest wait for the next call) and run its due timers
+        (not when datagrams may be left unread); return the core's events."""
+
+    def receive_all(self, core: _native.Core, now_ns: int) -> list[tuple[Any, ...]]:
+        """``receive``, reading everything that has arrived: before timeouts are judged."""
+        return self.receive(core, now_ns)
 
     @abc.abstractmethod
     def flush(self, core: _native.Core) -> None:
@@ -412,7 +418,7 @@ class RpcBase:
         """One round: receive what arrived, run due timers, dispatch, send."""
         self._check_open()
         now = self._now() if now_ns is None else now_ns
-        events = self.transport.receive(self._core, now)
+        events = self.transport.receive_all(self._core, now)
         self._core.tick(now)
         events += self._core.take_events()
         if events:

@@ -100,6 +100,9 @@ class UdpTransport(Transport):
     def receive(self, core: _native.Core, now_ns: int) -> list[tuple[Any, ...]]:
         return core.udp_recv(self._fd, now_ns, RX_BATCHES_MAX, self.rx_datagrams_per_poll)
 
+    def receive_all(self, core: _native.Core, now_ns: int) -> list[tuple[Any, ...]]:
+        return core.udp_recv(self._fd, now_ns, RX_BATCHES_MAX, 0)
+
     def flush(self, core: _native.Core) -> None:
         if core.pending_packets():
             core.udp_send(self._fd)

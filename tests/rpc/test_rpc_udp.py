@@ -307,3 +307,40 @@ def test_rx_datagrams_per_poll_out_of_range_is_refused() -> None:
     assert settings_section(
         "rpc", RpcSettings(), {"rx_datagrams_per_poll": 0}
     ).rx_datagrams_per_poll == 0
+
+
+def test_a_stalled_loop_reads_what_waits_before_it_judges_a_session_timeout() -> None:
+    """A receive reads rx_datagrams_per_poll datagrams; after a stall of the loop longer
+    than session_timeout_ns, the answer that keeps the session alive may wait behind
+    others in the socket. Nothing may declare the server unavailable before it is read:
+    a receive that left datagrams unread judges no timeout, the timer's reads everything."""
+    import socket
+
+    settings = RpcSettings(session_timeout_ns=200_000_000, rx_datagrams_per_poll=2)
+
+    async def main() -> None:
+        held: list[ReqHandle] = []
+        nexus = Nexus()
+        nexus.register_req_func(1, lambda handle, _payload: held.append(handle))
+        server = Rpc.udp(nexus, settings=settings)
+        client = Rpc.udp(Nexus(), settings=settings)
+        session = await client.connect(server.address)
+        call = asyncio.ensure_future(client.call(session, 1, b"question"))
+        deadline = time.monotonic() + 5
+        while not held:
+            assert time.monotonic() < deadline, "the request never reached its handler"
+            await asyncio.sleep(0.001)
+        others = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(5):  # ahead of the answer in the client's socket
+            others.sendto(b"not a packet", client.address)
+        others.close()
+        server.enqueue_response(held[0], b"answer")
+        loop = asyncio.get_running_loop()
+        # The stall, after the answer has left (callbacks run in order): the loop's next
+        # turn finds the client's session silent for longer than its timeout.
+        loop.call_soon(time.sleep, 0.3)
+        assert await asyncio.wait_for(call, 5) == b"answer"
+        client.close()
+        server.close()
+
+    run(main)
