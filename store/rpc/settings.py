@@ -33,14 +33,16 @@ class RpcSettings:
         server draws no retransmission and ping. Sent when the server next receives a packet
         or ticks; 0: only in answer to a duplicate.
     rx_datagrams_per_poll: datagrams a UDP endpoint reads from its socket each time the
-        event loop finds it readable (0: until the socket is empty). The rest wait for the
-        loop's next turn, so what the first ones made (answers, new requests) goes out first:
-        processes that hand each other requests (a client and its shard leaders on the same
-        cores) work on different parts of the load at once instead of passing all of it
-        back and forth in one clump, like eRPC's receive batch (kRxBatchSize). A datagram
-        carries several packets (up to mtu_bytes); on 2 cores, bench/micro.py ran 4-6% faster
-        at 2 than at 0 with 64 clients and 8-14% with 128, and slower at 1 than at 2
-        (docs/rpc.md, "Receive batch").
+        event loop finds it readable (0, the default: until the socket is empty). At n > 0
+        the rest wait for the loop's next turn, so what the first ones made (answers, new
+        requests) goes out first, like eRPC's receive batch (kRxBatchSize): processes that
+        hand each other requests on the same few cores (a benchmark's client beside its
+        shard leaders) work on different parts of the load at once instead of passing all
+        of it back and forth in one clump. On 2 cores bench/micro.py ran 4-6% faster at 2
+        (8-14% with 128 clients), but geo3 under bench/peers with the machine saturated ran
+        2-7% slower waiting for commit (more turns of each busy loop), hence 0 by default
+        (docs/rpc.md, "Receive batch"). A receive that leaves datagrams unread judges no
+        timeout.
     msg_size_max: largest request or response (default 8 MiB; at most 2**24 - 1).
     sessions_max: session table size of the endpoint, client and server sessions together.
     server_credits_max: credits a server grants over all its sessions; a connect beyond it is
@@ -61,7 +63,7 @@ class RpcSettings:
     rto_max_ns: int = 20_000_000
     rto_held_ns: int = 50_000_000
     hold_ack_ns: int = 2_500_000
-    rx_datagrams_per_poll: int = 2
+    rx_datagrams_per_poll: int = 0
     msg_size_max: int = 8 << 20
     sessions_max: int = 256
     server_credits_max: int = 256 * 32

@@ -288,7 +288,7 @@ def test_a_receive_reads_at_most_rx_datagrams_per_poll_and_leaves_the_rest() -> 
     """The rest wait in the socket for the loop's next turn (RpcSettings)."""
     assert _datagrams_read_per_receive(2, 7) == [2, 2, 2, 1]
     assert _datagrams_read_per_receive(0, 7) == [7]  # 0: until the socket is empty
-    assert RpcSettings().rx_datagrams_per_poll == 2
+    assert RpcSettings().rx_datagrams_per_poll == 0  # draining is the default
 
 
 def test_rx_datagrams_per_poll_out_of_range_is_refused() -> None:
