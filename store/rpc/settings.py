@@ -10,6 +10,14 @@ from typing import Any, Final
 RX_DATAGRAMS_PER_POLL_MAX: Final = 16 * 64
 
 
+def check_rx_datagrams_per_poll(value: int) -> None:
+    """ValueError unless ``value`` is a valid ``RpcSettings.rx_datagrams_per_poll``."""
+    if not 0 <= value <= RX_DATAGRAMS_PER_POLL_MAX:
+        raise ValueError(
+            f"rx_datagrams_per_poll must be in [0, {RX_DATAGRAMS_PER_POLL_MAX}], got {value}"
+        )
+
+
 @dataclass(frozen=True)
 class RpcSettings:
     """Every limit of the RPC core, checked by the C core when an endpoint is made.
@@ -73,11 +81,7 @@ class RpcSettings:
     rx_reassembly_bytes_max: int = 256 << 20
 
     def __post_init__(self) -> None:
-        if not 0 <= self.rx_datagrams_per_poll <= RX_DATAGRAMS_PER_POLL_MAX:
-            raise ValueError(
-                f"rx_datagrams_per_poll must be in [0, {RX_DATAGRAMS_PER_POLL_MAX}], "
-                f"got {self.rx_datagrams_per_poll}"
-            )
+        check_rx_datagrams_per_poll(self.rx_datagrams_per_poll)
 
     def core_kwargs(self) -> dict[str, Any]:
         """The settings the C core takes (the others are the transport's)."""

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from store.rpc import _native
 from store.rpc.endpoint import Transport
-from store.rpc.settings import RX_DATAGRAMS_PER_POLL_MAX, RpcSettings
+from store.rpc.settings import RpcSettings, check_rx_datagrams_per_poll
 
 UDP_PAYLOAD_MAX = 65507
 SOCKET_BUFFER_BYTES = 4 << 20
@@ -72,10 +72,7 @@ class UdpTransport(Transport):
     ) -> None:
         if not 64 <= mtu_bytes <= UDP_PAYLOAD_MAX:
             raise ValueError(f"mtu_bytes must be in [64, {UDP_PAYLOAD_MAX}]")
-        if not 0 <= rx_datagrams_per_poll <= RX_DATAGRAMS_PER_POLL_MAX:
-            raise ValueError(
-                f"rx_datagrams_per_poll must be in [0, {RX_DATAGRAMS_PER_POLL_MAX}]"
-            )
+        check_rx_datagrams_per_poll(rx_datagrams_per_poll)
         self.mtu_bytes = mtu_bytes
         # RpcSettings.rx_datagrams_per_poll: the rest wait for the loop's next turn.
         self.rx_datagrams_per_poll = rx_datagrams_per_poll

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import select
+import socket
 import struct
 import time
 from collections import Counter
 
-from store.rpc import Nexus, ReqHandle, RpcSettings
+import pytest
+
+from store.config import ConfigError, settings_section
+from store.rpc import Nexus, ReqHandle, RpcSettings, _native
 from store.rpc.aio import Rpc, timer_delay_s
+from store.rpc.udp import UdpTransport
 from tests.rpc.helpers import echo_nexus, pattern, run
 
 FAULTY = RpcSettings(rto_ns=2_000_000, session_timeout_ns=5_000_000_000)
@@ -255,12 +261,6 @@ def test_a_client_waiting_on_slow_answers_wakes_about_once_a_millisecond() -> No
 
 def _datagrams_read_per_receive(rx_datagrams_per_poll: int, sent: int) -> list[int]:
     """How many of ``sent`` datagrams each receive of a UdpTransport read."""
-    import select
-    import socket
-
-    from store.rpc import _native
-    from store.rpc.udp import UdpTransport
-
     transport = UdpTransport(rx_datagrams_per_poll=rx_datagrams_per_poll)
     core = _native.Core(**RpcSettings().core_kwargs(), seed=1)
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -292,11 +292,6 @@ def test_a_receive_reads_at_most_rx_datagrams_per_poll_and_leaves_the_rest() -> 
 
 
 def test_rx_datagrams_per_poll_out_of_range_is_refused() -> None:
-    import pytest
-
-    from store.config import ConfigError, settings_section
-    from store.rpc.udp import UdpTransport
-
     for bad in (-1, 16 * 64 + 1):
         with pytest.raises(ValueError, match="rx_datagrams_per_poll"):
             RpcSettings(rx_datagrams_per_poll=bad)
@@ -314,8 +309,6 @@ def test_a_stalled_loop_reads_what_waits_before_it_judges_a_session_timeout() ->
     than session_timeout_ns, the answer that keeps the session alive may wait behind
     others in the socket. Nothing may declare the server unavailable before it is read:
     a receive that left datagrams unread judges no timeout, the timer's reads everything."""
-    import socket
-
     settings = RpcSettings(session_timeout_ns=200_000_000, rx_datagrams_per_poll=2)
 
     async def main() -> None:
