@@ -827,15 +827,18 @@ static void client_kick(mr_core *c, mr_session *s, uint64_t now) {
     if (s->state != MR_SS_CONNECTED) return;
     client_start_backlog(c, s, now);
     uint32_t w = c->s.session_req_window;
-    /* Round-robin over slots so one long message does not starve the others. */
-    int progress = 1;
-    while (s->credits > 0 && progress) {
-        progress = 0;
+    /* Round-robin over slots so one long message does not starve the others: a packet of
+     * each slot per pass, and another pass only while a slot has more to send (with
+     * session_req_window at 64 and one-packet requests, the second pass of every kick was
+     * a scan of the window that found nothing: 4.5% of a client's CPU in bench/micro.py). */
+    int more = 1;
+    while (s->credits > 0 && more) {
+        more = 0;
         for (uint32_t k = 0; k < w && s->credits > 0; k++) {
             mr_slot *sl = &s->slots[(s->kick_cursor + k) % w];
             if (sl->state != MR_SLOT_BUSY || client_sendable(sl) == 0) continue;
             client_send_pkt(c, s, sl, now);
-            progress = 1;
+            if (client_sendable(sl) > 0) more = 1;
         }
         s->kick_cursor = (s->kick_cursor + 1) % w;
     }
