@@ -21,6 +21,16 @@ leaders and the client; the core's figure has one for both leaders and no client
 read before and after the load) per transaction attempt the clients made: 1.0 when every
 transaction costs one request.
 
+``--client-processes N`` spreads the clients over N driver processes, each with its own
+SDK client and event loop, started together once all have drawn their transactions; their
+counts, latencies, CPU and RPC counters are summed (``client_cpu_us_per_txn`` is then all
+of theirs). One process is the default: one Python process drives at most one core, and on
+this project's two-core machine it was a serial stage of the load: the leaders waited while
+it answered its batch of responses and sent the next requests (the machine 75-78% busy).
+Two processes kept it 83-89% busy and committed 3-20% more (three alternating pairs, fast
+spell of the host, 2026-12-06), each spending 5-18% more CPU per transaction (smaller
+batches); four cost more than they gave (24 us of client CPU per transaction).
+
 ``--generators in-server`` measures the way Mako does: no client path. Each shard leader
 runs the mix itself (store/node/generator.py; the cluster is started with
 MERIDIAN_LOAD_GENERATORS=1), ``--clients`` transactions in flight per shard, each homed on
@@ -29,7 +39,7 @@ their outcomes come back as objects (no codec, no SDK, no client RPC). Remote ac
 still cross the RPC core between leaders. ``txn_per_s_per_shard`` is the figure to set
 beside Mako's per-thread throughput (each shard leader is one process on one core).
 
-    python bench/micro.py --shards 2 --duration 20 [--json]
+    python bench/micro.py --shards 2 --duration 20 [--client-processes 2] [--json]
     python bench/micro.py --shards 1 --generators in-server [--json]
 """
 
@@ -41,12 +51,14 @@ import bisect
 import gc
 import itertools
 import json
+import multiprocessing
 import os
 import random
 import sys
 import tempfile
 import time
 from array import array
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +158,15 @@ def draw(
 
 
 async def drive(
-    client: Client, keys: list[list[str]], args: argparse.Namespace, quiet: bool
+    client: Client, keys: list[list[str]], args: argparse.Namespace, quiet: bool,
+    clients: int | None = None, seed: int | None = None,
+    start: Callable[[], Awaitable[None]] | None = None, stopped: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
+    """``clients`` closed-loop workers (default ``--clients``) on this process's loop, from
+    ``start()`` (once every transaction is drawn) for ``--duration`` seconds; ``stopped()``
+    as the clock stops."""
     shards = len(keys)
-    rng = random.Random(args.seed)
+    rng = random.Random(args.seed if seed is None else seed)
     chooser = KeyChooser(keys, args.zipf, rng)
     # Latencies in microseconds, by kind, into histograms once the clock has stopped: a
     # histogram's record_value (pure Python) cost 4.4% of this process's CPU per transaction
@@ -162,6 +179,8 @@ async def drive(
     # its SDK, not this driver's random number generator; the workers take them in turn,
     # from the start again once all are taken.
     pool = [draw(rng, chooser, shards, args.remote) for _ in range(POOL)]
+    if start is not None:
+        await start()
     taken = itertools.count()
     bar = tqdm(total=int(args.duration), desc="running", unit="s", disable=quiet, file=sys.stderr,
                bar_format="{desc}: {n_fmt}/{total_fmt} s |{bar}| {postfix}")
@@ -197,9 +216,11 @@ async def drive(
             last = done
 
     started = time.monotonic()
-    await asyncio.gather(progress(), *(worker() for _ in range(args.clients)))
+    await asyncio.gather(progress(), *(worker() for _ in range(args.clients if clients is None else clients)))
     elapsed = time.monotonic() - started
     bar.close()
+    if stopped is not None:
+        stopped()
     histograms = {kind: HdrHistogram(1, 60_000_000, 3) for kind in latencies}
     for kind, values in latencies.items():
         for latency_us in values:
@@ -249,6 +270,8 @@ def main() -> None:
                         help="worker processes per shard leader (each its own keys and stream)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
     parser.add_argument("--clients", type=int, default=64, help="concurrent closed-loop clients")
+    parser.add_argument("--client-processes", type=int, default=1,
+                        help="processes the clients are spread over (each its own SDK client)")
     parser.add_argument("--keys-per-shard", type=int, default=10_000)
     parser.add_argument("--remote", type=float, default=0.05, help="chance an access is remote")
     parser.add_argument("--zipf", type=float, default=0.0, help="zipfian theta (0: uniform)")
@@ -262,6 +285,8 @@ def main() -> None:
                         help="where load is made: the SDK in this process, or inside each shard leader")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if not 1 <= args.client_processes <= args.clients:
+        parser.error(f"--client-processes: from 1 to --clients ({args.clients})")
     if args.generators == "in-server" and args.zipf > 0:
         parser.error("--zipf: the in-server generators choose keys uniformly (not built for zipfian)")
     quiet = args.json and not sys.stderr.isatty()
@@ -295,7 +320,7 @@ def main() -> None:
                 cluster.wait_ready()
             loop = new_event_loop()
             try:
-                measured = loop.run_until_complete(run(config, args, quiet))
+                measured = loop.run_until_complete(run(config, str(args.connect or path), args, quiet))
             finally:
                 loop.close()
         finally:
@@ -315,6 +340,7 @@ def main() -> None:
         "geo3_rtt_ms": args.geo3,
         "generators": args.generators,
         "clients": args.clients,
+        "client_processes": args.client_processes if args.generators == "client" else 0,
         "duration_s": round(elapsed, 2),
         "keys_per_shard": args.keys_per_shard,
         "zipf_theta": args.zipf,
@@ -370,6 +396,8 @@ def main() -> None:
         print(json.dumps(result))
         return
     made = "generated inside each shard leader" if in_server else f"{args.clients} clients"
+    if not in_server and args.client_processes > 1:
+        made += f" in {args.client_processes} processes"
     print(f"microbenchmark: {result['shards']} shards, {made}, {result['duration_s']} s")
     print(f"  throughput {result['txn_per_s']:,.0f} txn/s  abort rate {result['abort_rate']:.2%}  "
           f"cross-shard {result['cross_shard_fraction']:.1%}  errors {result['errors']}")
@@ -422,7 +450,113 @@ async def submits(client: Client) -> int:
     return total
 
 
-async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
+RPC_COUNTERS = ("tx_pkts", "rx_pkts", "tx_datagrams", "rx_datagrams", "retransmits", "rx_held", "rx_stale")
+
+
+def rpc_counters(client: Client) -> dict[str, int]:
+    """The client endpoint's counters ``client_rpc_per_txn`` reports."""
+    stats = client._rpc.stats()
+    # Datagrams: since bundling (an older core counts only packets).
+    counters = {name: stats[name] for name in RPC_COUNTERS if name in stats}
+    counters["timer_wakes"] = client._rpc.timer_wakes
+    return counters
+
+
+def driver_process(path: str, args: argparse.Namespace, clients: int, seed: int, conn: Any) -> None:
+    """One process of ``--client-processes``: its own event loop and SDK client driving
+    ``clients`` of the closed-loop workers. It says "ready" once its transactions are drawn,
+    starts on the parent's word, says "stopped" as its clock stops, then sends what it
+    counted (histograms encoded) and its CPU and RPC counters over the load."""
+    loop = new_event_loop()
+    try:
+        conn.send(loop.run_until_complete(drive_share(path, args, clients, seed, conn)))
+    finally:
+        loop.close()
+        conn.close()
+
+
+async def drive_share(path: str, args: argparse.Namespace, clients: int, seed: int, conn: Any) -> dict[str, Any]:
+    config = config_module.load(path)
+    client = await Client.connect(config, in_flight_max=max(256, clients))
+    try:
+        keys = micro_keys(client.partitioner, len(config.shards), args.keys_per_shard)
+        gc.set_threshold(*GC_THRESHOLDS)
+        gc.collect()
+        gc.freeze()
+        before: dict[str, Any] = {}
+
+        async def start() -> None:
+            conn.send("ready")
+            await asyncio.to_thread(conn.recv)  # the parent's word: every process is ready
+            before.update(cpu=time.process_time(), rpc=rpc_counters(client))
+
+        def stopped() -> None:
+            before.update(cpu=time.process_time() - before["cpu"], rpc={
+                name: value - before["rpc"][name] for name, value in rpc_counters(client).items()
+            })
+            conn.send("stopped")
+
+        measured = await drive(client, keys, args, True, clients, seed, start, stopped)
+        return {
+            "counts": measured["counts"], "elapsed": measured["elapsed"],
+            "histograms": {kind: h.encode() for kind, h in measured["histograms"].items()},
+            "client_cpu_s": before["cpu"], "client_rpc": before["rpc"],
+        }
+    finally:
+        await client.close()
+
+
+async def drive_processes(path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--clients`` spread over ``--client-processes`` driver processes (seeds ``--seed``,
+    ``--seed`` + 1, ...), started together once all are ready; their counts, histograms,
+    CPU and RPC counters summed, the load's time the longest of theirs."""
+    context = multiprocessing.get_context("spawn")  # no fork of a loop, a gRPC or an SDK
+    processes, pipes = [], []
+    n = args.client_processes
+    for i in range(n):
+        parent_end, child_end = context.Pipe()
+        clients = args.clients // n + (1 if i < args.clients % n else 0)
+        process = context.Process(
+            target=driver_process, args=(path, args, clients, args.seed + i, child_end), daemon=True
+        )
+        process.start()
+        child_end.close()
+        processes.append(process)
+        pipes.append(parent_end)
+
+    def expect(word: str) -> None:
+        for pipe in pipes:
+            said = pipe.recv()
+            if said != word:
+                raise SystemExit(f"micro: a driver process said {said!r}, not {word!r}")
+
+    try:
+        await asyncio.to_thread(expect, "ready")
+        machine_before = machine_seconds()
+        for pipe in pipes:
+            pipe.send("go")
+        await asyncio.to_thread(expect, "stopped")
+        machine = machine_shares(machine_before, machine_seconds())
+        answers = await asyncio.to_thread(lambda: [pipe.recv() for pipe in pipes])
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    counts = {name: sum(a["counts"][name] for a in answers) for name in answers[0]["counts"]}
+    histograms = {kind: HdrHistogram(1, 60_000_000, 3) for kind in answers[0]["histograms"]}
+    for answer in answers:
+        for kind, encoded in answer["histograms"].items():
+            histograms[kind].add(HdrHistogram.decode(encoded))
+    rpc = {name: sum(a["client_rpc"][name] for a in answers) for name in answers[0]["client_rpc"]}
+    return {
+        "counts": counts, "histograms": histograms,
+        "elapsed": max(a["elapsed"] for a in answers), "machine": machine,
+        "client_cpu_s": sum(a["client_cpu_s"] for a in answers), "client_rpc": rpc,
+    }
+
+
+async def run(config: Any, path: str, args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
     client = await Client.connect(config, in_flight_max=max(256, args.clients))
     try:
         keys = micro_keys(client.partitioner, len(config.shards), args.keys_per_shard)
@@ -435,26 +569,21 @@ async def run(config: Any, args: argparse.Namespace, quiet: bool) -> dict[str, A
         gc.freeze()
         before = await submits(client)
         scraped_before = await asyncio.to_thread(scrape_cluster, config)
-        rpc_before = client._rpc.stats()
-        wakes_before = client._rpc.timer_wakes
-        machine_before = machine_seconds()
-        cpu_before = time.process_time()
-        if args.generators == "in-server":
-            measured = await generate_in_servers(client, args)
+        if args.generators == "client" and args.client_processes > 1:
+            measured = await drive_processes(path, args)
         else:
-            measured = await drive(client, keys, args, quiet)
-        measured["client_cpu_s"] = time.process_time() - cpu_before
-        measured["machine"] = machine_shares(machine_before, machine_seconds())
-        rpc_after = client._rpc.stats()
-        measured["client_rpc"] = {
-            name: rpc_after[name] - rpc_before[name]
-            for name in (
-                "tx_pkts", "rx_pkts", "tx_datagrams", "rx_datagrams", "retransmits", "rx_held",
-                "rx_stale",
-            )
-            if name in rpc_after  # datagrams: since bundling (an older core has only packets)
-        }
-        measured["client_rpc"]["timer_wakes"] = client._rpc.timer_wakes - wakes_before
+            rpc_before = rpc_counters(client)
+            machine_before = machine_seconds()
+            cpu_before = time.process_time()
+            if args.generators == "in-server":
+                measured = await generate_in_servers(client, args)
+            else:
+                measured = await drive(client, keys, args, quiet)
+            measured["client_cpu_s"] = time.process_time() - cpu_before
+            measured["machine"] = machine_shares(machine_before, machine_seconds())
+            measured["client_rpc"] = {
+                name: value - rpc_before[name] for name, value in rpc_counters(client).items()
+            }
         measured["submits"] = await submits(client) - before
         measured["scraped"] = (scraped_before, await asyncio.to_thread(scrape_cluster, config))
         return measured

@@ -56,6 +56,23 @@ def test_micro_counts_what_the_servers_committed(generators: str) -> None:
         assert "no client path" in result["not_measured"]
 
 
+def test_clients_spread_over_processes_are_counted_once_each() -> None:
+    """``--client-processes 2``: two driver processes of four clients each, started
+    together; what they count, summed, is what the servers committed, with one SUBMIT per
+    transaction, and their CPU and RPC counters are summed too."""
+    result = _micro("--client-processes", "2")
+    assert result["client_processes"] == 2 and result["clients"] == 8
+    assert result["txn_per_s"] > 0 and result["errors"] == 0
+    assert result["cross_shard_fraction"] > 0
+    assert result["metrics"]["endpoints_scraped"] == result["metrics"]["endpoints"] == 2
+    assert result["metrics"]["ratio_to_benchmark"] == 1.0
+    assert result["submits_per_txn"] == 1.0
+    assert result["client_cpu_us_per_txn"] > 0
+    assert result["client_rpc_per_txn"]["tx_pkts"] >= 1.0
+    assert result["read_only"]["committed"] > 0 and result["rmw"]["committed"] > 0
+    assert 0 < result["machine_busy"] <= 1
+
+
 def test_in_server_generators_on_geo3_count_only_replicated_commits() -> None:
     """``--geo3 RTT`` (cluster/geo3.toml's shape, replication on): every transaction the
     generators count was COMMITTED, so durable in a second region, and the nine servers'
