@@ -27,9 +27,10 @@ counts, latencies, CPU and RPC counters are summed (``client_cpu_us_per_txn`` is
 of theirs). One process is the default: one Python process drives at most one core, and on
 this project's two-core machine it was a serial stage of the load: the leaders waited while
 it answered its batch of responses and sent the next requests (the machine 75-78% busy).
-Two processes kept it 83-89% busy and committed 3-20% more (three alternating pairs, fast
-spell of the host, 2026-12-06), each spending 5-18% more CPU per transaction (smaller
-batches); four cost more than they gave (24 us of client CPU per transaction).
+Two processes kept it 83-89% busy, but each spent 5-36% more CPU per transaction (smaller
+batches): in five alternating pairs (2026-12-06) they committed +3, +20, +4.5, -13.6 and
++7.7% against one, so the default stays one; four cost more than they gave (24 us of client
+CPU per transaction against 17-18).
 
 ``--generators in-server`` measures the way Mako does: no client path. Each shard leader
 runs the mix itself (store/node/generator.py; the cluster is started with
