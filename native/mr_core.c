@@ -123,6 +123,9 @@ struct mr_core {
 
     mr_holdent *hold; /* ring, oldest first: due_at grows with delivery time */
     uint32_t hold_head, hold_len, hold_cap;
+    /* How long after delivery "held" is said: hold_ack_ns, at most half the client's timeout
+     * (so that "held" arrives before its retransmission). */
+    uint64_t hold_wait_ns;
 
     mr_event *ev;
     uint32_t ev_len, ev_cap;
@@ -299,6 +302,7 @@ mr_core *mr_core_new(const mr_settings *s) {
     if (c == NULL) return NULL;
     c->s = *s;
     c->payload_max = s->mtu_bytes - MR_HDR_BYTES;
+    c->hold_wait_ns = s->hold_ack_ns < s->rto_ns / 2 ? s->hold_ack_ns : s->rto_ns / 2;
     c->rng = s->seed;
     c->incarnation = rng_next(c) | 1u; /* never 0, so 0 can mean "unknown" */
     c->deadline_at = UINT64_MAX;
@@ -1082,9 +1086,7 @@ static void hold_push(mr_core *c, mr_session *s, mr_slot *sl, uint64_t now) {
         c->hold_head = 0;
     }
     mr_holdent *e = &c->hold[(c->hold_head + c->hold_len) % c->hold_cap];
-    /* At most half the client's timeout, so "held" arrives before its retransmission. */
-    uint64_t wait = c->s.hold_ack_ns < c->s.rto_ns / 2 ? c->s.hold_ack_ns : c->s.rto_ns / 2;
-    e->due_at = now + wait;
+    e->due_at = now + c->hold_wait_ns;
     e->req_num = sl->req_num;
     e->session = (uint32_t)(s - c->sessions);
     e->generation = s->generation;
