@@ -484,24 +484,26 @@ async def drive_share(path: str, args: argparse.Namespace, clients: int, seed: i
         gc.set_threshold(*GC_THRESHOLDS)
         gc.collect()
         gc.freeze()
-        before: dict[str, Any] = {}
+        at_start: dict[str, Any] = {}
+        over_load: dict[str, Any] = {}  # this process's CPU and RPC counters, start to stop
 
         async def start() -> None:
             conn.send("ready")
             await asyncio.to_thread(conn.recv)  # the parent's word: every process is ready
-            before.update(cpu=time.process_time(), rpc=rpc_counters(client))
+            at_start.update(cpu=time.process_time(), rpc=rpc_counters(client))
 
         def stopped() -> None:
-            before.update(cpu=time.process_time() - before["cpu"], rpc={
-                name: value - before["rpc"][name] for name, value in rpc_counters(client).items()
-            })
+            over_load["cpu"] = time.process_time() - at_start["cpu"]
+            over_load["rpc"] = {
+                name: value - at_start["rpc"][name] for name, value in rpc_counters(client).items()
+            }
             conn.send("stopped")
 
         measured = await drive(client, keys, args, True, clients, seed, start, stopped)
         return {
             "counts": measured["counts"], "elapsed": measured["elapsed"],
             "histograms": {kind: h.encode() for kind, h in measured["histograms"].items()},
-            "client_cpu_s": before["cpu"], "client_rpc": before["rpc"],
+            "client_cpu_s": over_load["cpu"], "client_rpc": over_load["rpc"],
         }
     finally:
         await client.close()
