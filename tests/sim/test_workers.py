@@ -120,8 +120,9 @@ def test_an_idle_claim_past_the_workers_epoch_is_caught(monkeypatch: pytest.Monk
     monkeypatch.setattr(ShardWatermark, "watermark", property(uncapped))
     # The stream's stamp past its entry's epoch stops the replica (an assertion in
     # ShardLeader._pump_stream): an invariant broken, and what hung on that replica. Seed 2
-    # since the 20 ms batches (2026-12-05).
-    caught(FAULTS, [2], {"invariant-broken", "committed-before-durable", "lost-committed"})
+    # since the 20 ms batches (2026-12-05); 4 since the RPC core's client stopped its empty
+    # second pass over the window (2026-12-06).
+    caught(FAULTS, [4], {"invariant-broken", "committed-before-durable", "lost-committed"})
 
 
 @pytest.mark.patches_core
@@ -161,7 +162,9 @@ def test_a_lone_worker_that_ignores_its_fellows_claims_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(VectorWatermark, "shard_top", lambda self, shard: 0)
-    caught(FAULTS, [2], {"follower-diverged"})
+    # Seed 2; 4 since the RPC core's client stopped its empty second pass over the window
+    # (2026-12-06).
+    caught(FAULTS, [4], {"follower-diverged"})
 
 
 @pytest.mark.patches_core
