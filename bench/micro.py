@@ -59,7 +59,7 @@ import sys
 import tempfile
 import time
 from array import array
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -546,11 +546,7 @@ async def drive_processes(path: str, args: argparse.Namespace) -> dict[str, Any]
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-    counts = {name: sum(a["counts"][name] for a in answers) for name in answers[0]["counts"]}
-    histograms = {kind: HdrHistogram(1, 60_000_000, 3) for kind in answers[0]["histograms"]}
-    for answer in answers:
-        for kind, encoded in answer["histograms"].items():
-            histograms[kind].add(HdrHistogram.decode(encoded))
+    counts, histograms = summed(answers, answers[0]["counts"])
     rpc = {name: sum(a["client_rpc"][name] for a in answers) for name in answers[0]["client_rpc"]}
     return {
         "counts": counts, "histograms": histograms,
@@ -609,15 +605,20 @@ async def generate_in_servers(client: Client, args: argparse.Namespace) -> dict[
 
     answers = await asyncio.gather(*(one(address) for address in client.protocol.leaders))
     elapsed = max(a["elapsed_s"] for a in answers)  # each server's run, its drain included
-    counts = {"read_only": 0, "rmw": 0, "attempts": 0, "aborted_attempts": 0, "errors": 0,
-              "cross_shard": 0, "failed": 0}
+    counts, histograms = summed(answers, ("read_only", "rmw", "attempts", "aborted_attempts",
+                                          "errors", "cross_shard", "failed"))
+    return {"counts": counts, "histograms": histograms, "elapsed": elapsed}
+
+
+def summed(answers: list[dict[str, Any]], names: Iterable[str]) -> tuple[dict[str, int], dict[str, HdrHistogram]]:
+    """The counts ``names`` and the latency histograms (encoded, by kind) of several load
+    makers (driver processes, or the shard leaders' generators), added up."""
+    counts = {name: sum(answer["counts"][name] for answer in answers) for name in names}
     histograms = {kind: HdrHistogram(1, 60_000_000, 3) for kind in ("read_only", "rmw")}
     for answer in answers:
-        for name in counts:
-            counts[name] += answer["counts"][name]
         for kind, encoded in answer["histograms"].items():
             histograms[kind].add(HdrHistogram.decode(encoded))
-    return {"counts": counts, "histograms": histograms, "elapsed": elapsed}
+    return counts, histograms
 
 
 if __name__ == "__main__":
