@@ -53,13 +53,13 @@ from store.client.protocol import (
     Sleep,
     Steps,
     TxnResult,
-    stored_ops,
+    checked_ops,
 )
 from store.config import MERIDIAN_RPC_SETTINGS, ClusterConfig
 from store.core.errors import InvalidRequest, Unavailable
 from store.core.keys import Element, Key, from_stored, to_stored, tuple_of
 from store.core.keys import prefix_range as _prefix_range
-from store.core.oplist import OPS_PROCEDURE, OpList
+from store.core.oplist import OPS_PROCEDURE
 from store.core.partition import Partitioner, clock_marks, table_end
 from store.core.settings import DEFAULT_SETTINGS
 from store.core.vclock import VectorClock
@@ -234,12 +234,11 @@ class Client:
         return await self._run_ops(ops, route, detailed=True)
 
     async def _run_ops(self, ops: list[list[Any]], route: str | int | None, detailed: bool) -> TxnResult:
-        stored = stored_ops(ops)
-        parsed = OpList(stored, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
+        stored, scans = checked_ops(ops, DEFAULT_SETTINGS)  # a malformed list fails here, before any request
         if route is None and stored:
             route = stored[0][1]
         result = await self._run(OPS_PROCEDURE, [stored], route, speculative=False, detailed=detailed)
-        if parsed.batch.scans:  # only a range's results hold keys to turn back into tuples
+        if scans:  # only a range's results hold keys to turn back into tuples
             _typed_results(stored, result.result)
         return result
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from store import wire
 from store.client.protocol import (
@@ -471,6 +473,70 @@ def test_operation_lists_are_stored_without_touching_the_callers_and_bad_ones_ar
             OpList(stored_ops(bad), DEFAULT_SETTINGS)
     with pytest.raises(InvalidRequest, match="operations must be a list"):
         stored_ops(("get", "k"))
+
+
+# Lists of well-formed operations of every kind the server knows (the SDK's own path takes
+# gets, puts, deletes and increments of plain keys) with at most one operation from a wider
+# set among them: bad names, keys, values and arities, tuple keys, scans.
+_KEY = st.sampled_from(["t/a", "t/b", "é" * 255])
+_VALUE = st.sampled_from([0, 7, None, "v", [1, 2], 2.5, True])
+_GOOD = st.one_of(
+    st.tuples(st.sampled_from(["get", "delete"]), _KEY).map(list),
+    st.tuples(st.just("increment"), _KEY, st.sampled_from([1, -5])).map(list),
+    st.tuples(st.just("put"), _KEY, _VALUE),
+)
+_NAMES = st.sampled_from(["get", "put", "delete", "increment", "scan", "cas", "append", "keys", "nope", 7])
+_COMMON = st.sampled_from(["get", "put", "delete", "increment"])
+_KEYS = st.sampled_from(
+    ["t/a", "", "\x00x", "é" * 257, "é" * 600, "k" * 1025, "k" * 256, ("t", 1), ["t", 2], 5, None]
+)
+_ARGS = st.sampled_from([1, True, None, "v", "x" * ((1 << 20) + 1), [1, 2], 2.5, 10, -10])
+_ANY = st.one_of(  # one thing changed from a good operation, or nothing like one
+    st.tuples(st.sampled_from(["put", "increment"]), _KEY, _ARGS),
+    st.tuples(_NAMES, _KEY).map(list),
+    st.tuples(_NAMES, _KEY, _ARGS),
+    st.tuples(_COMMON, _KEYS).map(list),
+    st.tuples(_COMMON, _KEYS, _VALUE).map(list),
+    st.tuples(_NAMES, _KEY, _ARGS, _ARGS).map(list),
+    st.lists(_ARGS, max_size=3),
+    st.tuples(st.just("get")),
+    _ARGS,
+)
+_OPS = st.tuples(st.lists(_GOOD, max_size=4), st.lists(_ANY, max_size=1), st.integers(0, 4)).map(
+    lambda parts: parts[0][: parts[2]] + parts[1] + parts[0][parts[2] :]
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(ops=_OPS)
+@example(ops=[["get", "t/a"], ("put", "t/a", "x" * ((1 << 20) + 1))])  # too large a value
+@example(ops=[["increment", "t/a", "1"]])  # not an integer
+@example(ops=[["increment", "t/a", True]])
+@example(ops=[["get", "é" * 600]])  # fewer characters than bytes allowed, more bytes
+@example(ops=[["delete", ""]])
+@example(ops=[["scan", "t/a"]])
+@example(ops=[["get", "t/a"], ["scan", "t/a", "t/b", 5]])
+def test_an_operation_list_is_checked_before_sending_as_the_server_checks_it(ops: list[Any]) -> None:
+    """``checked_ops`` (the SDK's check before any request, with a path of its own for the
+    common operations) accepts exactly what the server's OpList accepts and refuses the rest
+    with OpList's own error, and says whether the list scans."""
+    from store.client.protocol import checked_ops, stored_ops
+    from store.core.errors import InvalidRequest
+    from store.core.oplist import OpList
+    from store.core.settings import DEFAULT_SETTINGS
+
+    try:
+        stored = stored_ops(ops)
+        expected: Any = (stored, bool(OpList(stored, DEFAULT_SETTINGS).batch.scans))
+    except InvalidRequest as exc:
+        expected = str(exc)
+    try:
+        stored, scans = checked_ops(ops, DEFAULT_SETTINGS)
+        # an operation may stay a tuple: the wire carries tuples and lists alike
+        got: Any = ([list(op) if type(op) is tuple else op for op in stored], scans)
+    except InvalidRequest as exc:
+        got = str(exc)
+    assert got == expected
 
 
 def test_a_transaction_result_is_read_only_and_equal_by_its_fields() -> None:
