@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from store import wire
-from store.config import ClusterConfig, ConfigError, ReplicaNode
+from store.config import SCHED_POLICIES, ClusterConfig, ConfigError, ReplicaNode
 from store.core.cm import CM_STREAM, ConfigMember
 from store.core.errors import InvalidRequest
 from store.core.follower import ShardFollower
@@ -655,6 +655,25 @@ def log_name(node: ReplicaNode) -> str:
     return node.name
 
 
+def apply_sched_policy(name: str) -> None:
+    """Puts every thread of this process under ``cluster.sched_policy``'s ``name`` (threads
+    started later inherit it from the thread that starts them). ConfigError where the
+    system cannot (no such policy, or no permission to leave SCHED_IDLE for 'other')."""
+    policy = SCHED_POLICIES[name]
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            if os.sched_getscheduler(tid) != policy:
+                os.sched_setscheduler(tid, policy, os.sched_param(0))
+        except ProcessLookupError:  # a thread that has just ended
+            continue
+        except (OSError, AttributeError) as exc:
+            raise ConfigError(f"cluster.sched_policy {name!r}: {exc}") from None
+
+
 def serve(
     config: ClusterConfig, shard: int, role: str = "leader", region: str | None = None,
     rejoin: bool = False,
@@ -666,6 +685,7 @@ def serve(
 
     node = config.node(role, shard, region)
     logs.setup(config.run_dir / f"{log_name(node)}.log")
+    apply_sched_policy(config.sched_policy)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

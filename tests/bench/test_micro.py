@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from typing import Any
@@ -28,6 +29,11 @@ def _micro(*args: str) -> dict[str, Any]:
 def test_micro_counts_what_the_servers_committed(generators: str) -> None:
     result = _micro("--generators", generators)
     assert result["generators"] == generators
+    # --sched idle by default: the cluster's servers, and the load where this process may
+    # come back from SCHED_IDLE afterwards (root, or RLIMIT_NICE allowing nice 0)
+    assert result["cluster_sched_policy"] == "idle"
+    comes_back = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+    assert result["sched_policy"] == ("idle" if comes_back else "other")
     assert result["txn_per_s"] > 0 and result["errors"] == 0
     assert result["cross_shard_fraction"] > 0
     # The servers' own count of commits over the run equals the benchmark's.

@@ -243,3 +243,33 @@ def test_a_followers_lag_is_its_shards_least_worker_claim_less_its_entry() -> No
     assert "30 behind" in text  # min(100, 70) - 40, not 100 - 40
     text = format_processes(nodes, [leader(0, 100), None, follower])
     assert "? behind" in text
+
+
+def test_the_servers_run_under_the_scheduling_policy_the_cluster_file_names(tmp_path: Path) -> None:
+    """``cluster.sched_policy = "idle"``: every thread of every server process runs under
+    Linux's SCHED_IDLE (threads started after the policy was set inherit it); a policy
+    Meridian does not know is refused when the file is read."""
+    import os
+
+    from store import config as config_module
+    from store.config import ConfigError, from_dict
+    from store.node.up import ProcessCluster
+
+    assert from_dict({"shards": [{"leader": "h:1"}]}).sched_policy == "other"
+    with pytest.raises(ConfigError, match="'other' or 'idle'"):
+        from_dict({"shards": [{"leader": "h:1"}], "cluster": {"sched_policy": "fifo"}})
+    path = write_cluster_file(tmp_path, shards=1)
+    path.write_text(path.read_text().replace("[cluster]\n", '[cluster]\nsched_policy = "idle"\n', 1))
+    config = config_module.load(path)
+    assert config.sched_policy == "idle"
+    running = ProcessCluster(config)
+    running.start()
+    try:
+        running.wait_ready()
+        (server,) = running.children
+        threads = [int(tid) for tid in os.listdir(f"/proc/{server.pid}/task")]
+        assert len(threads) > 1  # gRPC's and the write-ahead log's threads among them
+        assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
+    finally:
+        running.stop()
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this process's is its own
