@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 from google.protobuf.message import DecodeError
 
-from store.core.values import PACK, UNPACK
+from store.core.values import PACK, unpackb
 from store.core.errors import InvalidRequest
 from store.core.paxos import (
     Accept,
@@ -174,7 +174,7 @@ def _entry(value: Any) -> Entry:
     records = []
     for raw in value.records:
         try:
-            records.append(msgpack.unpackb(raw, strict_map_key=False, **UNPACK))
+            records.append(unpackb(raw, strict_map_key=False))
         except Exception as exc:  # garbage of any shape means one thing
             raise _bad(f"record is not msgpack ({type(exc).__name__})") from None
     return Entry(kind, records, list(value.counters), value.watermark, _clock(value.vw), value.epoch)

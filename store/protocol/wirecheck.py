@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import msgpack
-
 from store.core.errors import InvalidRequest
-from store.core.values import UNPACK
+from store.core.values import unpackb
 
 T = TypeVar("T")
 
@@ -65,7 +63,7 @@ def decode_tagged(
     if len(data) > max_bytes:
         raise fields.bad(f"larger than {max_bytes} bytes")
     try:
-        unpacked = msgpack.unpackb(data, strict_map_key=strict_map_key, use_list=True, **UNPACK)
+        unpacked = unpackb(data, strict_map_key)
     except InvalidRequest as invalid:  # a value extension (store.core.values) that is malformed
         raise fields.bad(str(invalid)) from None
     # (Each clause its own name: compiled by mypyc, a name bound by two clauses takes the
