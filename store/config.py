@@ -319,7 +319,7 @@ STRUCTURE: dict[str, dict[str, tuple[str, Any, str]]] = {
         "fsync": ("true / false", True, "sync every acceptor's promises and votes to disk before the messages that follow them; false is for benchmarks only: a power cut in a majority of regions can then lose committed transactions"),
         "transport": ("'udp' or 'rdma'", "udp", "the RPC core's transport between servers and clients; 'rdma' needs an RDMA device and is refused at startup where it cannot run, saying why"),
         "workers": ("integer", 1, "worker processes per shard leader (and per follower), each holding a slice of the shard's keys with its own Paxos stream; the workers of a shard must run on one machine (they share its counter in a file under run_dir)"),
-        "sched_policy": ("'other' or 'idle'", "other", "the Linux scheduling policy of every server process: 'other' is Linux's default; 'idle' (SCHED_IDLE) is for a machine given to the cluster whose processes outnumber its cores: Linux leaves a runnable process queued behind another rather than move it to an idle core if it ran in the last 0.5 ms (it counts it cache-hot), and exempts SCHED_IDLE processes from that rule; any process of the default policy on the machine then runs before the cluster's, so not for a machine shared with other work (docs/performance.md)"),
+        "sched_policy": ("'other' or 'idle'", "other", "the Linux scheduling policy of every server process: 'other' leaves the one it was started with (Linux's default); 'idle' (SCHED_IDLE) is for a machine given to the cluster whose processes outnumber its cores: Linux leaves a runnable process queued behind another rather than move it to an idle core if it ran in the last 0.5 ms (it counts it cache-hot), and exempts SCHED_IDLE processes from that rule; any process of the default policy on the machine then runs before the cluster's, so not for a machine shared with other work (docs/performance.md)"),
         "worker_port_stride": ("integer", 10, "with workers: worker w of a shard listens on the shard's addresses' ports plus w times this"),
     },
     "regions": {
@@ -630,7 +630,6 @@ WORKERS_MAX = 64
 
 # cluster.sched_policy -> the os module's policy (Linux's SCHED_OTHER and SCHED_IDLE).
 SCHED_POLICIES: dict[str, int] = {"other": getattr(os, "SCHED_OTHER", 0), "idle": getattr(os, "SCHED_IDLE", 5)}
-
 
 
 def _worker_units(shards: list[ShardConfig], workers: int, stride: int) -> list[ShardConfig]:

@@ -685,7 +685,8 @@ def serve(
 
     node = config.node(role, shard, region)
     logs.setup(config.run_dir / f"{log_name(node)}.log")
-    apply_sched_policy(config.sched_policy)
+    if config.sched_policy != "other":  # "other": the policy it was started with
+        apply_sched_policy(config.sched_policy)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
