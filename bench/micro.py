@@ -165,7 +165,8 @@ def load_policy(name: str) -> Iterator[str]:
         return
     apply_sched_policy(name)
     try:
-        yield name
+        # the policy this process reads back, not the one asked for
+        yield {policy: key for key, policy in SCHED_POLICIES.items()}.get(os.sched_getscheduler(0), "unknown")
     finally:
         apply_sched_policy("other")
 
@@ -507,8 +508,7 @@ def driver_process(path: str, args: argparse.Namespace, clients: int, seed: int,
     ``clients`` of the closed-loop workers. It says "ready" once its transactions are drawn,
     starts on the parent's word, says "stopped" as its clock stops, then sends what it
     counted (histograms encoded) and its CPU and RPC counters over the load."""
-    apply_sched_policy(args.sched)  # the process ends with the load
-    loop = new_event_loop()
+    loop = new_event_loop()  # its scheduling policy: the parent's while it runs the load
     try:
         conn.send(loop.run_until_complete(drive_share(path, args, clients, seed, conn)))
     finally:

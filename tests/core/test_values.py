@@ -101,6 +101,20 @@ def test_malformed_extensions_on_the_wire_are_refused(data: bytes) -> None:
         codec.decode(message)
 
 
+def test_a_message_with_a_map_keyed_by_anything_but_strings_is_refused() -> None:
+    """A value's map keys are strings (OpList refuses others); a client that does not check
+    cannot send one either: the message is refused as it is read (msgpack's
+    strict_map_key), and the same map with string keys goes through."""
+    with pytest.raises(InvalidRequest, match="map keys in values must be strings"):
+        OpList([["put", "t/x", {1: 2}]], DEFAULT_SETTINGS)
+    forged = msgpack.packb([1, "c", 1, "", [[["put", "t/x", {1: 2}]]], False])
+    with pytest.raises(InvalidRequest, match="not msgpack"):
+        codec.decode(forged)
+    fine = msgpack.packb([1, "c", 1, "", [[["put", "t/x", {"1": 2}]]], False])
+    decoded = codec.decode(fine)
+    assert isinstance(decoded, Submit) and decoded.args == [[["put", "t/x", {"1": 2}]]]
+
+
 def test_optional_annotated_arguments_take_none_and_refuse_other_types() -> None:
     procedures = Procedures()
 
