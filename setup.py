@@ -27,7 +27,7 @@ extensions = [
         "store.rpc._native",
         sources=["native/mr_core.c", "native/mr_hmac.c", "native/mr_crc32c.c",
                  "native/mr_sync.c", "native/mr_counter.c", "native/mr_vwshare.c",
-                 "native/mr_shm.c",
+                 "native/mr_shm.c", "native/mr_timer.c",
                  "native/mr_module.c"],
         depends=["native/mr_core.h", "native/mr_hmac.h", "native/mr_crc32c.h", "native/mr_shm.h"],
         include_dirs=["native"],

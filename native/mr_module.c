@@ -781,6 +781,7 @@ static struct PyModuleDef moduledef = {
 int mr_sync_add_type(PyObject *module); /* the Syncer type, native/mr_sync.c */
 int mr_counter_add_type(PyObject *module); /* the SharedCounter type, native/mr_counter.c */
 int mr_vwshare_add_type(PyObject *module); /* the SharedWatermarks type, native/mr_vwshare.c */
+int mr_timer_add_type(PyObject *module); /* the TimerFd type, native/mr_timer.c */
 
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
@@ -792,7 +793,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (mr_sync_add_type(m) < 0 || mr_counter_add_type(m) < 0 || mr_vwshare_add_type(m) < 0) {
+    if (mr_sync_add_type(m) < 0 || mr_counter_add_type(m) < 0 || mr_vwshare_add_type(m) < 0 ||
+        mr_timer_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -394,6 +394,10 @@ async def requests_counted(client: Any, result: RunResult, phase: Any, meter: Cp
                 out[f"{name}_{part}"] = sum(
                     int(s.get("stream_latency", {}).get(name, {}).get(part, 0)) for s in statuses if s
                 )
+        for part in ("count", "sum_ns"):
+            out[f"timer_late_{part}"] = sum(
+                int(s.get("timer_lateness", {}).get(part, 0)) for s in statuses if s
+            )
         return out
 
     before, awaits_before = totals(await client.status()), client.stats()["await_requests"]
@@ -412,6 +416,10 @@ async def requests_counted(client: Any, result: RunResult, phase: Any, meter: Cp
         count = after[f"{name}_count"] - before[f"{name}_count"]
         total_ns = after[f"{name}_sum_ns"] - before[f"{name}_sum_ns"]
         result.extra[f"stream_{name}_mean_ms"] = round(total_ns / count / 1e6, 3) if count else None
+    # How late the leaders' deadlines ran (a hurried batch's close among them).
+    count = after["timer_late_count"] - before["timer_late_count"]
+    late_ns = after["timer_late_sum_ns"] - before["timer_late_sum_ns"]
+    result.extra["leader_timer_late_mean_ms"] = round(late_ns / count / 1e6, 3) if count else None
 
 
 def run(

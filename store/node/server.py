@@ -49,10 +49,11 @@ from store.node.host import ReplicaHost, restore_follower
 from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport, TlsIdentity
 from store.node.snapshot import SnapshotWriter, read_snapshot
+from store.node.timers import PreciseTimers
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
 from store.rpc._native import SharedCounter, SharedWatermarks
-from store.rpc.aio import Rpc, new_event_loop, timer_delay_s
+from store.rpc.aio import Rpc, new_event_loop
 
 log = logging.getLogger("meridian.server")
 
@@ -79,19 +80,6 @@ def load_procedures(config: ClusterConfig) -> Procedures:
 # time. Young collections every 50,000 allocations cost the same per object and run far
 # less often; what survives is frozen once a second anyway (below).
 GC_THRESHOLDS = (50_000, 20, 100)
-
-
-class LoopTimers:
-    """The host's clock and timers on an asyncio event loop (monotonic time)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-
-    def clock_ns(self) -> int:
-        return time.monotonic_ns()
-
-    def call_at(self, when_ns: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return self.loop.call_later(timer_delay_s(when_ns, time.monotonic_ns()), callback)
 
 
 def _fatal(exc: BaseException) -> None:
@@ -266,10 +254,11 @@ class ShardServer:
                 loop=loop,
                 tls=tls_identity(config, self.node),
             )
+        self.timers = PreciseTimers(loop)
         self.host = ReplicaHost(
             replica,
             self.rpc,
-            LoopTimers(loop),
+            self.timers,
             peer_address=_peer_address,
             stream_send=self._send_paxos if self.transport is not None else None,
             request_bytes_max=config.settings.request_bytes_max,
@@ -537,6 +526,8 @@ class ShardServer:
                 }
                 if replica.stream is not None else {}
             ),
+            # How late the replica's deadlines ran (store/node/timers.py), summed likewise.
+            "timer_lateness": {"count": self.timers.fired, "sum_ns": self.timers.late_ns},
             "counters": {
                 **coordinator.counters,
                 "locks_expired": replica.participant.expired,
@@ -552,6 +543,7 @@ class ShardServer:
         if self.metrics is not None:
             await self.metrics.close()
         self.host.close()
+        self.timers.close()
         if self.transport is not None:
             await self.transport.close()
         self.rpc.close()

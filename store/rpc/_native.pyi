@@ -116,6 +116,27 @@ class Syncer:
         ``take`` still returns what completed. Again: nothing. Also done when the object is
         freed."""
 
+class TimerFd:
+    """A Linux timerfd on CLOCK_MONOTONIC (``time.monotonic_ns``'s clock), non-blocking and
+    close-on-exec, for ``loop.add_reader``: it fires within the kernel's timer slack of the
+    instant asked, where the loop's own timers round to whole milliseconds
+    (store/node/timers.py keeps the deadlines; native/mr_timer.c)."""
+
+    def __init__(self) -> None:
+        """Creates the fd, disarmed. OSError if the kernel refuses."""
+    def arm(self, when_ns: int, /) -> None:
+        """Fires at this instant (nanoseconds of CLOCK_MONOTONIC), at once if it is past;
+        replaces the instant armed before."""
+    def disarm(self) -> None:
+        """No expiry until the next ``arm``."""
+    def clear(self) -> int:
+        """The expirations since the last ``clear`` (0: none); the fd is not readable after
+        it until the next expiry."""
+    def fileno(self) -> int:
+        """The fd. RuntimeError after ``close`` (as ``arm``, ``disarm`` and ``clear``)."""
+    def close(self) -> None:
+        """Closes the fd; again: nothing. Also done when the object is freed."""
+
 class SharedCounter:
     """One 64-bit counter in a shared memory file that several processes draw from with an
     atomic fetch-and-add (native/mr_counter.c): the per-shard counter the worker processes of
