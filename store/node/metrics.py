@@ -211,6 +211,17 @@ class ServerCollector(Collector):
             "session packets without a valid cluster-secret MAC (connects refused, others dropped)",
             rpc["sm_unauthenticated"],
         )
+        timers = state.get("timers")
+        if timers is not None:
+            yield counter(
+                "meridian_timer_deadlines_run", "the replica's deadlines run (store/node/timers.py)",
+                timers["fired"],
+            )
+            yield counter(
+                "meridian_timer_lateness_seconds",
+                "how late they ran, summed (the instant each callback started minus its deadline)",
+                timers["late_ns"] / 1e9,
+            )
 
 
 def render(collector: ServerCollector) -> bytes:

@@ -306,6 +306,7 @@ class ShardServer:
         state: dict[str, Any] = {
             "role": self.node.role, "shard": self.node.shard, "region": self.node.region,
             "rpc": self.rpc.stats(),
+            "timers": {"fired": self.timers.fired, "late_ns": self.timers.late_ns},
         }
         if isinstance(replica, ConfigMember):
             state["epoch"] = replica.map.epoch

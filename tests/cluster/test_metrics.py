@@ -63,6 +63,11 @@ def test_metrics_parse_and_committed_counters_sum_to_what_clients_heard(tmp_path
             datagrams = total(samples, "meridian_rpc_datagrams_sent_total")
             assert 0 < datagrams <= total(samples, "meridian_rpc_packets_sent_total")
             assert samples["meridian_shard_watermark"]
+            # The replica's deadlines (a batch's close among them) ran, and none before its time.
+            run_count = total(samples, "meridian_timer_deadlines_run_total")
+            assert run_count > 0 and len(samples["meridian_timer_lateness_seconds_total"]) == 1
+            # Mean lateness under a second: not a sum of nanoseconds read as seconds.
+            assert 0 <= total(samples, "meridian_timer_lateness_seconds_total") / run_count < 1
     finally:
         cluster.stop()
 

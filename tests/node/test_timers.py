@@ -103,13 +103,16 @@ def test_deadlines_run_closer_to_their_instant_than_the_loops_millisecond_timers
     timers = PreciseTimers(loop)
     precise: list[int] = []
     coarse: list[int] = []
+    got: dict[str, int] = {}
+
+    def stamp(which: str) -> Callable[[], None]:
+        return lambda: got.__setitem__(which, time.monotonic_ns())
+
     for i in range(30):
         when = timers.clock_ns() + 2 * MS + (i * 37_000) % MS
-        got: dict[str, int] = {}
-        timers.call_at(when, lambda: got.__setitem__("precise", time.monotonic_ns()))
-        loop.call_later(
-            timer_delay_s(when, time.monotonic_ns()), lambda: got.__setitem__("loop", time.monotonic_ns())
-        )
+        got.clear()
+        timers.call_at(when, stamp("precise"))
+        loop.call_later(timer_delay_s(when, time.monotonic_ns()), stamp("loop"))
         run_until(loop, lambda: len(got) == 2)
         precise.append(got["precise"] - when)
         coarse.append(got["loop"] - when)
