@@ -214,7 +214,7 @@ class ServerCollector(Collector):
         timers = state.get("timers")
         if timers is not None:
             yield counter(
-                "meridian_timer_deadlines_run", "the replica's deadlines run (store/node/timers.py)",
+                "meridian_timer_deadlines_run", "the replica's deadlines run (store/rpc/timers.py)",
                 timers["fired"],
             )
             yield counter(

@@ -49,11 +49,11 @@ from store.node.host import ReplicaHost, restore_follower
 from store.node.metrics import MetricsServer, ServerCollector
 from store.node.replication import ReplicationTransport, TlsIdentity
 from store.node.snapshot import SnapshotWriter, read_snapshot
-from store.node.timers import PreciseTimers
 from store.protocol.cluster_map import ClusterMap
 from store.rpc import Nexus, ReqHandle
 from store.rpc._native import SharedCounter, SharedWatermarks
 from store.rpc.aio import Rpc, new_event_loop
+from store.rpc.timers import PreciseTimers
 
 log = logging.getLogger("meridian.server")
 
@@ -527,7 +527,7 @@ class ShardServer:
                 }
                 if replica.stream is not None else {}
             ),
-            # How late the replica's deadlines ran (store/node/timers.py), summed likewise.
+            # How late the replica's deadlines ran (store/rpc/timers.py), summed likewise.
             "timer_lateness": {"count": self.timers.fired, "sum_ns": self.timers.late_ns},
             "counters": {
                 **coordinator.counters,

@@ -120,7 +120,7 @@ class TimerFd:
     """A Linux timerfd on CLOCK_MONOTONIC (``time.monotonic_ns``'s clock), non-blocking and
     close-on-exec, for ``loop.add_reader``: it fires within the kernel's timer slack of the
     instant asked, where the loop's own timers round to whole milliseconds
-    (store/node/timers.py keeps the deadlines; native/mr_timer.c)."""
+    (store/rpc/timers.py keeps the deadlines; native/mr_timer.c)."""
 
     def __init__(self) -> None:
         """Creates the fd, disarmed. OSError if the kernel refuses."""

@@ -32,6 +32,7 @@ import struct
 import time
 from typing import Any
 
+from store.rpc.timers import PreciseTimer, PreciseTimers
 from store.wan.commands import Command, InvalidCommand, Selector, parse_command
 from store.wan.delay import EOF, DelayLine
 from store.wan.link import Address, LinkSpec
@@ -115,7 +116,7 @@ class _Pipe:
         self.dest_paused = False
         self.source_paused = False
         self.eof_delivered = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: PreciseTimer | None = None
 
     def push(self, data: bytes | None) -> None:
         link = self.connection.link
@@ -143,8 +144,7 @@ class _Pipe:
         release_at_ns = self.line.next_release_at_ns()
         if release_at_ns is None:
             return
-        wait_s = max(0.0, (release_at_ns - time.monotonic_ns()) / 1e9)
-        self._timer = self.connection.proxy.loop.call_later(wait_s, self._fire)
+        self._timer = self.connection.proxy.timers.call_at(release_at_ns, self._fire)
 
     def cancel(self) -> None:
         if self._timer is not None:
@@ -152,8 +152,8 @@ class _Pipe:
             self._timer = None
 
     def _fire(self) -> None:
-        # The loop's timers have millisecond resolution and may fire a little early;
-        # ``is_due`` checks the real clock, so a chunk is never released before its time.
+        # The timers never fire early (store.rpc.timers); ``is_due`` reads the clock anyway,
+        # so a chunk is never released before its time whatever woke this.
         self._timer = None
         dest = self.dest
         if dest is None or self.dest_paused or self.connection.closed:
@@ -339,11 +339,18 @@ class WanProxy:
         self.buffer_bytes_max = buffer_bytes_max
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._timers: PreciseTimers | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None, "start() the proxy first"
         return self._loop
+
+    @property
+    def timers(self) -> PreciseTimers:
+        """The delay lines' timers: to the microsecond (uvloop's round to the millisecond)."""
+        assert self._timers is not None, "start() the proxy first"
+        return self._timers
 
     def spawn(self, coroutine: Any) -> None:
         task = self.loop.create_task(coroutine)
@@ -353,6 +360,7 @@ class WanProxy:
     async def start(self) -> None:
         """Listen on every link's address."""
         self._loop = asyncio.get_running_loop()
+        self._timers = PreciseTimers(self._loop)
         for link in self.links.values():
             counter = iter(range(1 << 62))
 
@@ -378,6 +386,8 @@ class WanProxy:
                 await link.server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
+        if self._timers is not None:
+            self._timers.close()  # a chunk scheduled after this is never released
 
     def address(self, name: str) -> Address:
         """Where link ``name`` listens (with the real port if it was configured as 0)."""

@@ -1,4 +1,4 @@
-"""A server's timers (store/node/timers.py): deadlines run in order, never early, cancelled
+"""Precise timers (store/rpc/timers.py): deadlines run in order, never early, cancelled
 ones never, and closer to their instant than the event loop's own millisecond timers."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from store.node.timers import PreciseTimers
 from store.rpc._native import TimerFd
 from store.rpc.aio import new_event_loop, timer_delay_s
+from store.rpc.timers import PreciseTimers
 
 MS = 1_000_000
 
@@ -55,6 +55,9 @@ def test_deadlines_run_in_order_never_early_and_cancelled_ones_never(loop: async
     assert timers.fired == 5 and timers.late_ns >= 0
     handles["a"].cancel()  # after it ran: nothing happens
     timers.close()
+    timers.close()  # again: nothing
+    late = timers.call_at(timers.clock_ns(), mark("after close", 0))
+    assert late.cancelled  # a deadline set after close never runs
 
 
 def test_a_past_deadline_runs_on_the_next_wake_up_and_cannot_hold_the_loop(loop: asyncio.AbstractEventLoop) -> None:

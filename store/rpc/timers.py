@@ -1,11 +1,14 @@
-"""A server's clock and timers: deadlines kept to the microsecond, not the millisecond.
+"""Clock and timers on an event loop, kept to the microsecond, not the millisecond.
 
 Theory of operation. The event loop's own timers are uvloop's (libuv's), kept in whole
 milliseconds against a clock read at the start of a loop iteration: a deadline fires up to a
 millisecond late (``store.rpc.aio.timer_delay_s``). Some of a replica's deadlines sit on a
 transaction's path: a replication batch that a waiting client hurried closes on a 5 ms grid
 (``StreamLeader.hurry``), and each millisecond it closes late is a millisecond more before
-that client hears COMMITTED. ``PreciseTimers`` keeps its deadlines in a heap and one Linux
+that client hears COMMITTED. The wan-proxy (``store.wan.proxy``) releases each chunk of a
+delayed connection at its instant: on the loop's timers a chunk was up to half a
+millisecond late, or woke the loop early and spun it (a timer under half a millisecond
+fires at once) until due. ``PreciseTimers`` keeps its deadlines in a heap and one Linux
 timerfd (``store.rpc._native.TimerFd``, CLOCK_MONOTONIC, the clock of
 ``time.monotonic_ns``) armed at the earliest; the loop watches the fd (``add_reader``) and,
 when it is readable, runs every deadline that is due, in deadline order (ties in the order
@@ -52,6 +55,7 @@ class PreciseTimers:
         self._heap: list[tuple[int, int, PreciseTimer]] = []
         self._seq = 0  # ties in deadline run in the order set
         self._armed_at: int | None = None  # the instant the fd holds (None: disarmed)
+        self._closed = False
         self.fired = 0
         self.late_ns = 0
         loop.add_reader(self._fd.fileno(), self._on_readable)
@@ -61,6 +65,9 @@ class PreciseTimers:
 
     def call_at(self, when_ns: int, callback: Callable[[], None]) -> PreciseTimer:
         timer = PreciseTimer(callback)
+        if self._closed:
+            timer.cancelled = True  # never runs (``close``)
+            return timer
         self._seq += 1
         heapq.heappush(self._heap, (when_ns, self._seq, timer))
         if self._armed_at is None or when_ns < self._armed_at:
@@ -69,7 +76,11 @@ class PreciseTimers:
         return timer
 
     def close(self) -> None:
-        """Stops watching the fd and closes it; deadlines not yet run never run."""
+        """Stops watching the fd and closes it; deadlines not yet run never run, nor do any
+        set later. Again: nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self._heap.clear()
         self._armed_at = None
         self.loop.remove_reader(self._fd.fileno())
