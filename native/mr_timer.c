@@ -7,9 +7,10 @@
  * timer_delay_s). A server's replica has deadlines that sit on a transaction's path: a
  * replication batch closes on a 5 ms grid when a client waits for its commit, and every
  * millisecond it closes late is a millisecond on that client's answer (measured on geo3 at
- * 50 ms: the batch closed 0.43 ms after its deadline on average). A timerfd fires within the
- * kernel's timer slack of the instant asked, and costs one read when it does.
- * store/node/timers.py keeps the deadlines (a heap) and arms this at the earliest.
+ * 50 ms: the batch closed 0.43 ms after its deadline on average), and the wan-proxy releases
+ * each delayed chunk at its instant. A timerfd fires within the kernel's timer slack of the
+ * instant asked, and costs one read when it does. store/rpc/timers.py keeps the deadlines (a
+ * heap) and arms this at the earliest.
  *
  * The instants are time.monotonic_ns()'s clock (CLOCK_MONOTONIC on Linux). Arming replaces
  * the previous instant; an instant already past fires at once (the fd is readable on the
