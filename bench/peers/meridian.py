@@ -387,17 +387,21 @@ async def requests_counted(client: Any, result: RunResult, phase: Any, meter: Cp
     (pipelined commits waited for together), per committed transaction, and where the
     machine's CPU went meanwhile (``meter``: the cluster's processes by role)."""
 
+    # Latency sums the leaders' statuses carry, as {"count", "sum_ns"}, by the name of the
+    # mean reported: a stream batch's wait for its close and an entry's round to a majority
+    # of regions (over every batch of every leader), and how late the leaders' deadlines
+    # ran (a hurried batch's close among them).
+    sums = {
+        "stream_batch_wait_mean_ms": lambda s: s.get("stream_latency", {}).get("batch_wait", {}),
+        "stream_choose_mean_ms": lambda s: s.get("stream_latency", {}).get("choose", {}),
+        "leader_timer_late_mean_ms": lambda s: s.get("timer_lateness", {}),
+    }
+
     def totals(statuses: list[Any]) -> dict[str, int]:
         out = {"submits": sum(int(s["counters"]["submits"]) for s in statuses if s)}
-        for name in ("batch_wait", "choose"):
+        for name, found in sums.items():
             for part in ("count", "sum_ns"):
-                out[f"{name}_{part}"] = sum(
-                    int(s.get("stream_latency", {}).get(name, {}).get(part, 0)) for s in statuses if s
-                )
-        for part in ("count", "sum_ns"):
-            out[f"timer_late_{part}"] = sum(
-                int(s.get("timer_lateness", {}).get(part, 0)) for s in statuses if s
-            )
+                out[f"{name}/{part}"] = sum(int(found(s).get(part, 0)) for s in statuses if s)
         return out
 
     before, awaits_before = totals(await client.status()), client.stats()["await_requests"]
@@ -410,16 +414,10 @@ async def requests_counted(client: Any, result: RunResult, phase: Any, meter: Cp
     result.extra["await_requests_per_txn"] = round(
         (client.stats()["await_requests"] - awaits_before) / committed, 3
     )
-    # The leaders' streams over the phase: a batch's wait for its close, and an entry's
-    # round to a majority of regions (means over every batch of every leader).
-    for name in ("batch_wait", "choose"):
-        count = after[f"{name}_count"] - before[f"{name}_count"]
-        total_ns = after[f"{name}_sum_ns"] - before[f"{name}_sum_ns"]
-        result.extra[f"stream_{name}_mean_ms"] = round(total_ns / count / 1e6, 3) if count else None
-    # How late the leaders' deadlines ran (a hurried batch's close among them).
-    count = after["timer_late_count"] - before["timer_late_count"]
-    late_ns = after["timer_late_sum_ns"] - before["timer_late_sum_ns"]
-    result.extra["leader_timer_late_mean_ms"] = round(late_ns / count / 1e6, 3) if count else None
+    for name in sums:
+        count = after[f"{name}/count"] - before[f"{name}/count"]
+        total_ns = after[f"{name}/sum_ns"] - before[f"{name}/sum_ns"]
+        result.extra[name] = round(total_ns / count / 1e6, 3) if count else None
 
 
 def run(

@@ -211,16 +211,16 @@ class ServerCollector(Collector):
             "session packets without a valid cluster-secret MAC (connects refused, others dropped)",
             rpc["sm_unauthenticated"],
         )
-        timers = state.get("timers")
-        if timers is not None:
+        lateness = state.get("timer_lateness")
+        if lateness is not None:
             yield counter(
                 "meridian_timer_deadlines_run", "the replica's deadlines run (store/rpc/timers.py)",
-                timers["fired"],
+                lateness["count"],
             )
             yield counter(
                 "meridian_timer_lateness_seconds",
                 "how late they ran, summed (the instant each callback started minus its deadline)",
-                timers["late_ns"] / 1e9,
+                lateness["sum_ns"] / 1e9,
             )
 
 

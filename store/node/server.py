@@ -306,7 +306,7 @@ class ShardServer:
         state: dict[str, Any] = {
             "role": self.node.role, "shard": self.node.shard, "region": self.node.region,
             "rpc": self.rpc.stats(),
-            "timers": {"fired": self.timers.fired, "late_ns": self.timers.late_ns},
+            "timer_lateness": self.timers.lateness(),
         }
         if isinstance(replica, ConfigMember):
             state["epoch"] = replica.map.epoch
@@ -528,7 +528,7 @@ class ShardServer:
                 if replica.stream is not None else {}
             ),
             # How late the replica's deadlines ran (store/rpc/timers.py), summed likewise.
-            "timer_lateness": {"count": self.timers.fired, "sum_ns": self.timers.late_ns},
+            "timer_lateness": self.timers.lateness(),
             "counters": {
                 **coordinator.counters,
                 "locks_expired": replica.participant.expired,
