@@ -26,6 +26,38 @@ not decided, stops retrying the installs of decided ones (a participant that had
 installed has aborted on its own, and recovery rolls the transaction back), and from then
 on answers an older transaction only by its epoch's FVW (``resolve_epoch``): COMMITTED if
 its clock is at or below it, ROLLED_BACK if not — never by a watermark of a later epoch.
+
+Snapshot reads (``Settings.snapshot_reads``). A read-only operation list on the short path or
+the prepared path does not read the newest versions, which may be speculative and would
+make its answer wait for their commit (a round trip between regions). It reads, at every
+shard, the newest version whose writer's clock has at most ``S`` at this shard's entry
+``c``, where ``S`` is this shard's own durable watermark when the list arrives
+(``Coordinator.durable_watermark``; a missing entry counts 0). Why that is strictly
+serializable:
+
+* *It misses nothing committed before it began.* A transaction answered COMMITTED is
+  durable: its clock is at or below a vector watermark, whose entry ``c`` is what shard
+  ``c`` said of its durable watermark (in replies and gossip) and never passes it; that
+  watermark only rises. So its clock's entry ``c`` is at most ``S``.
+* *What it sees is a consistent cut.* The set of writers whose entry ``c`` is at most
+  ``S`` is closed under every dependency, since a transaction's clock dominates the clock
+  of everything it depends on (``store.core.participant``); and a key's versions overwrite
+  one another, so along a key's chain the entry only rises and the version read is the
+  newest of that set. Each of them is installed where the list reads it: at ``c`` every
+  counter at or below ``S`` is settled; at another shard a writer of the set whose install
+  has not arrived still holds its lock there, and the prepare refuses a key read under
+  another transaction's lock (as it does for every list).
+* *It needs no validation.* At ``c`` no version within ``S`` can appear later (a counter
+  drawn from now on is above it), and none of its reads needs a stamp: a transaction that
+  writes nothing belongs to no cut and is in no rollback, so no writer's clock must
+  dominate it.
+
+Its clock is the merge of the versions it read, and it is answered COMMITTED once that is
+under the vector watermark, as before: at ``c`` they are already durable; what another
+shard alone wrote may still wait (rarely). Not taken (the newest versions are read, as
+before): with several workers to a shard (a worker's watermark is not its shard's), with
+versions in doubt or a takeover not finished, with speculation off, and for lists that
+scan or take the general path.
 """
 
 from __future__ import annotations
@@ -57,6 +89,7 @@ from store.core.txn import Procedures, Tx
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, VectorWatermark
 from store.protocol.messages import (
+    NO_SNAPSHOT,
     PREPARE_CONFLICT,
     PREPARE_OK,
     AbortReply,
@@ -133,6 +166,10 @@ class Coordinator(Execution):
         # Called when a transaction whose client waits for COMMITTED (not for CERTIFIED)
         # starts waiting for the watermark: the replica hurries its stream's open batch.
         self.commit_awaited: Callable[[int], None] | None = None
+        # This shard's durable watermark (every counter at or below it durable or aborted):
+        # the snapshot of the read-only lists it coordinates. Without replication a counter
+        # is durable once settled; a replica with a stream says otherwise.
+        self.durable_watermark: Callable[[], int] = self._settled_watermark
         self._next_seq = 1
         self._txns: dict[int, Transaction] = {}
         self._by_client: dict[tuple[str, int], int] = {}
@@ -243,7 +280,8 @@ class Coordinator(Execution):
         if self.partitioner.replicated and self.partitioner.shard_count > 1 and self._writes_replicated(ops):
             return False  # a replicated table's writes go to every shard
         observed = self._observer is not None
-        ran = self.participant.run_local(txn_id, ops, self.epoch, observed)
+        snapshot = NO_SNAPSHOT if ops.written or ops.conditional else self._snapshot()
+        ran = self.participant.run_local(txn_id, ops, self.epoch, observed, snapshot)
         if ran is None:
             return False
         counters = self.counters
@@ -286,6 +324,16 @@ class Coordinator(Execution):
         txn.result_value = result
         self._certified(now_ns, txn, vc, full, observe=False)
         return True
+
+    def _settled_watermark(self) -> int:
+        return self.participant.watermark.watermark
+
+    def _snapshot(self) -> int:
+        """The snapshot of a read-only list arriving now (module doc, "snapshot reads"):
+        this shard's durable watermark, or NO_SNAPSHOT where none is taken."""
+        if not self.participant.takes_snapshots():
+            return NO_SNAPSHOT
+        return self.durable_watermark()
 
     def _writes_replicated(self, ops: OpList) -> bool:
         """Whether the list may write a replicated table (any key, with a compare-and-set)."""
@@ -370,9 +418,17 @@ class Coordinator(Execution):
             txn.write_shards[here] = []
         for shard in remote_locks:
             txn.write_shards[shard] = []
-        self._absorb_reads(txn, here, self.participant.read(local_reads), [])
+        snapshot = NO_SNAPSHOT
+        if not (local_locks or remote_locks):
+            snapshot = self._snapshot()
+        txn.snapshot = snapshot
+        clock = partitioner.clock_of(here)
+        if snapshot != NO_SNAPSHOT:
+            self._absorb_reads(txn, here, self.participant.read_snapshot(local_reads, clock, snapshot), [])
+        else:
+            self._absorb_reads(txn, here, self.participant.read(local_reads), [])
         base = EMPTY
-        if len(others) == 1:
+        if len(others) == 1 and snapshot == NO_SNAPSHOT:
             # The pair path: the other shard stamps its only-read keys with the whole clock,
             # this part and its own. With more, the stamps come with the validation round,
             # and ``base`` would be bytes no one uses.
@@ -388,7 +444,7 @@ class Coordinator(Execution):
                 now_ns, txn_id, shard,
                 PrepareRequest(
                     txn_id, remote_reads.get(shard, []), remote_locks.get(shard, []), base,
-                    self.epoch,
+                    self.epoch, snapshot, clock,
                 ),
             )
         return True
@@ -434,12 +490,13 @@ class Coordinator(Execution):
         self._clock(txn)
         here = self.shard
         reads = list(txn.reads.get(here, {}).items())
-        if (reads or here in txn.counters) and not self.participant.validate(
-            txn.txn_id, reads, [], txn.vc, txn.epoch
+        if (
+            (reads or here in txn.counters) and txn.snapshot == NO_SNAPSHOT
+            and not self.participant.validate(txn.txn_id, reads, [], txn.vc, txn.epoch)
         ):
             self._abort_everywhere(now_ns, txn, "validation failed")
             return
-        if len(txn.reads) > 2 and self._validate_only_read(now_ns, txn):
+        if len(txn.reads) > 2 and txn.snapshot == NO_SNAPSHOT and self._validate_only_read(now_ns, txn):
             return
         self._decide(now_ns, txn)
 

@@ -61,6 +61,7 @@ from store.core.storage import CERTIFIED, HIDDEN, Version, VersionedStore
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, ShardWatermark
 from store.protocol.messages import (
+    NO_SNAPSHOT,
     PREPARE_CONFLICT,
     PREPARE_OK,
     ReadItem,
@@ -139,6 +140,10 @@ class Participant:
         # draw from, and a write must stay above what it overwrites on its shard's entry
         # (the replay's Thomas write rule compares that entry).
         self.floor_on_deps = False
+        # Snapshot reads (``takes_snapshots``): whether this participant takes them for the
+        # read-only lists it coordinates (not a worker of a shard of several, whose own
+        # watermark is not its shard's: the replica turns them off).
+        self.snapshots = settings.snapshot_reads and settings.speculation
         self.store = store
         self.watermark = watermark
         self.settings = settings
@@ -198,6 +203,34 @@ class Participant:
                 items.append((key, version.vid, value, version.deleted, vc, version.txn_id))
         return items
 
+    def read_snapshot(
+        self, keys: Iterable[str], clock: int, bound: int, sparse: bool = False
+    ) -> list[ReadItem]:
+        """A read-only transaction's reads at the snapshot ``bound`` of its coordinator
+        shard's clock entry ``clock`` (``Coordinator``, "snapshot reads"): of each key, the
+        newest version whose writer's clock has at most ``bound`` there. ``sparse`` as for
+        ``read``."""
+        items: list[ReadItem] = []
+        store = self.store
+        for key in keys:
+            version = store.latest_within(key, clock, bound)
+            if version is None:
+                items.append((key, 0, None, False, EMPTY, 0))
+            else:
+                value = None if version.deleted else version.value
+                vc = self._sparse(version.vc) if sparse else version.vc
+                items.append((key, version.vid, value, version.deleted, vc, version.txn_id))
+        return items
+
+    def takes_snapshots(self) -> bool:
+        """Whether a read-only list this shard coordinates may read at a snapshot now
+        (``Coordinator``, "snapshot reads"); not with several workers to a shard, versions
+        in doubt, a takeover not finished or speculation off: it reads the newest versions."""
+        return (
+            self.snapshots and not self._doubt and self.certifying
+            and not self.watermark.beyond_epoch()
+        )
+
     def scan(self, lo: str, hi: str, limit: int, sparse: bool = False) -> list[ReadItem]:
         clock = self._sparse if sparse else _same
         return [
@@ -246,7 +279,8 @@ class Participant:
         return True, counter, deps
 
     def prepare(
-        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
+        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int,
+        snapshot: int = NO_SNAPSHOT, snapshot_clock: int = 0,
     ) -> tuple[int, int, list[ReadItem], VectorClock]:
         """The first round of the coordinator's prepared path for an operation list: locks
         ``locks`` and draws a counter (if any), reads ``reads``, checks that no key it only
@@ -269,7 +303,13 @@ class Participant:
         retransmission simply reads again.
 
         Once prepared the transaction has voted: its locks do not expire; only an install,
-        an abort or the end of its epoch releases them."""
+        an abort or the end of its epoch releases them.
+
+        ``snapshot`` (a read-only list, nothing to lock): the reads are of the newest versions
+        within the coordinator's snapshot (``read_snapshot``), and nothing is stamped (a
+        transaction that writes nothing is in no cut and no rollback; ``Coordinator``,
+        "snapshot reads"). The keys read must still be unlocked: a writer whose record is
+        in the snapshot may hold its lock here until its install arrives."""
         held = self._held.get(txn_id)
         if held is not None:
             assert held.prepared is not None, "a transaction both locked and prepared"
@@ -299,6 +339,10 @@ class Participant:
             if locks and not self._skip_locking:
                 store.unlock_all(locks, txn_id)
             return REFUSED, 0, [], EMPTY
+        if snapshot != NO_SNAPSHOT:
+            assert not locks, "a snapshot read for a list that writes"
+            items = self.read_snapshot(reads, snapshot_clock, snapshot, sparse=True)
+            return PREPARED, 0, items, EMPTY
         items = self.read(reads, sparse=True)
         counter = 0
         deps = EMPTY
@@ -580,7 +624,8 @@ class Participant:
         return vc, full
 
     def run_local(
-        self, txn_id: int, ops: OpList, epoch: int, record_reads: bool
+        self, txn_id: int, ops: OpList, epoch: int, record_reads: bool,
+        snapshot: int = NO_SNAPSHOT,
     ) -> tuple[Any, VectorClock, VectorClock, list[str], list[tuple[str, int]]] | Literal[False] | None:
         """Reads, runs and certifies, in one step, an operation list whose keys are all on
         this shard (no scans): ``certify_solo`` with the reads made in the same step, so
@@ -590,7 +635,13 @@ class Participant:
         ``record_reads``); False on a conflict (a key locked by another transaction); None
         when this participant cannot certify alone now (another epoch, a takeover not
         finished, versions in doubt, speculation off): the general path decides then.
-        Raises InvalidRequest (nothing changed) if an operation does not fit the data."""
+        Raises InvalidRequest (nothing changed) if an operation does not fit the data.
+
+        ``snapshot`` (a list that writes nothing: this shard's durable watermark): the reads are of
+        the newest versions within it (``read_snapshot``): every counter at or below it is
+        installed here, so no lock stands in their way, and nothing is stamped (a
+        transaction that writes nothing is in no cut and no rollback; ``Coordinator``,
+        "snapshot reads")."""
         if (
             epoch != self.epoch or not self.certifying or self._doubt or not self._speculation
             or self.watermark.beyond_epoch()
@@ -599,7 +650,12 @@ class Participant:
         store = self.store
         read_keys = ops.batch.keys
         check_reads = not (self._skip_validation or self._skip_locking)
-        versions = store.latest_unlocked(read_keys, txn_id if check_reads else None)
+        versions: list[Version | None] | None
+        if snapshot != NO_SNAPSHOT:
+            shard = self.shard
+            versions = [store.latest_within(key, shard, snapshot) for key in read_keys]
+        else:
+            versions = store.latest_unlocked(read_keys, txn_id if check_reads else None)
         if versions is None:
             return False
         values: list[Any] = []
@@ -624,9 +680,10 @@ class Participant:
         if not buffered:
             read_vc = VectorClock._of(clock) if clock else EMPTY
             vc = self._sparse(read_vc)
-            if vc.entries:
+            if vc.entries and snapshot == NO_SNAPSHOT:
                 self._stamp_versions(read, vc)
             return result, vc, read_vc, [], reads
+        assert snapshot == NO_SNAPSHOT, "a snapshot read for a list that writes"
         written = list(buffered)
         if not self._skip_locking and store.locked_by_other(written, txn_id):
             return False

@@ -208,6 +208,8 @@ class ShardLeader:
             self.vw.entries, self.waits,
         )
         self.participant.floor_on_deps = self.workers > 1
+        if self.workers > 1:
+            self.participant.snapshots = False
         self.coordinator = Coordinator(
             shard,
             shard,
@@ -230,6 +232,7 @@ class ShardLeader:
         self.coordinator.admits = self.accepts_more
         self.coordinator.may_acknowledge = self._may_acknowledge
         self.coordinator.commit_awaited = self._hurry_stream
+        self.coordinator.durable_watermark = self.durable_watermark
         self._replicated = bool(followers)
         # A shard's first leader (no takeover) follows nobody's lease: no hold.
         self._follows_a_leader = takeover is not None
@@ -1046,7 +1049,8 @@ class ShardLeader:
             self._outbox.append((src, refused))
             return
         status, counter, items, deps = self.participant.prepare(
-            message.txn_id, message.reads, message.locks, message.base, message.epoch
+            message.txn_id, message.reads, message.locks, message.base, message.epoch,
+            message.snapshot, message.snapshot_clock,
         )
         reply = PrepareReply(
             message.txn_id, self.shard, status, counter, items, deps, self.reply_watermark()

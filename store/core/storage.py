@@ -115,6 +115,19 @@ class VersionedStore:
                 return version
         return None
 
+    def latest_within(self, key: str, clock: int, bound: int) -> Version | None:
+        """The newest certified version whose writer's clock holds at most ``bound`` at entry
+        ``clock`` (a missing entry counts 0): a read-only transaction's snapshot
+        (``Coordinator``, "snapshot reads"). A key's versions overwrite one another, so
+        their clocks rise along the chain and the first one found from the newest is it."""
+        chain = self._chains.get(key)
+        if not chain:
+            return None
+        for version in reversed(chain):
+            if version.state == CERTIFIED and version.vc.entries.get(clock, 0) <= bound:
+                return version
+        return None
+
     def latest_unlocked(
         self, keys: list[str], owner: int | None
     ) -> list[Version | None] | None:

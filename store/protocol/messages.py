@@ -330,18 +330,29 @@ class PrepareRequest(Message):
     transaction), draw a counter if anything is locked, and vote yes, in one step.
     ``base``: the coordinator's part of the transaction's clock (its shard's reads, the
     dependencies of its locks and its counter), so that the participant knows the whole
-    clock in that step and can stamp the keys it only reads; ``epoch``: the transaction's."""
+    clock in that step and can stamp the keys it only reads; ``epoch``: the transaction's.
+    ``snapshot``: for a read-only list, the coordinator shard's watermark when it read its own
+    keys (``NO_SNAPSHOT``: read the newest versions): read the newest version whose writer's
+    clock has at most that at entry ``snapshot_clock``, the coordinator shard's
+    (``Coordinator``, "snapshot reads")."""
 
-    __slots__ = ("base", "epoch", "locks", "reads", "txn_id")
+    __slots__ = ("base", "epoch", "locks", "reads", "snapshot", "snapshot_clock", "txn_id")
 
     def __init__(
-        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
+        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int,
+        snapshot: int = -1, snapshot_clock: int = 0,
     ) -> None:
         self.txn_id = txn_id
         self.reads = reads
         self.locks = locks
         self.base = base
         self.epoch = epoch
+        self.snapshot = snapshot
+        self.snapshot_clock = snapshot_clock
+
+
+# PrepareRequest.snapshot when the reads are of the newest versions (any list that writes).
+NO_SNAPSHOT: Final = -1
 
 
 # PrepareReply.status: the leader could not serve the reads now (no lease: the coordinator's

@@ -49,14 +49,18 @@ class LocalCluster:
         partitioner: Partitioner | None = None,
         settings: Settings = DEFAULT_SETTINGS,
         seed: int = 0,
+        regions: int = 1,
     ) -> None:
+        """``regions``: 1 (every write durable once installed), or up to 3 (a follower of
+        every shard in each other region, 50 ms of round trip away: a write is speculative
+        until a majority of regions has it)."""
         self.sim = Simulator(seed)
         self.network = Network(self.sim)
         self.partitioner = partitioner or Partitioner(shards)
         self.procedures = procedures or Procedures()
         self.cluster = SimCluster(
             self.sim, self.network, shards, self.procedures,
-            partitioner=self.partitioner, settings=settings,
+            partitioner=self.partitioner, settings=settings, regions=REGIONS[:regions],
         )
         self.leaders = self.cluster.leader_addresses
         self.cluster.start()

@@ -229,7 +229,14 @@ class Recorder:
 
         The version a writer overwrote is the one the store it installed in held (recovery
         removes versions, and after a takeover the new leader's store is not the old
-        one's)."""
+        one's).
+
+        A transaction that wrote nothing is the dependency of no anti-dependency (rw): no
+        cut of the store shows it and no rollback undoes it, so a later writer of what it
+        read need not be above it (DESIGN.md §3's rule is for writers; a read-only list
+        reading at a snapshot reads below versions installed before it: "snapshot reads"
+        in store/core/coordinator.py). Whether it read a consistent, recent enough state
+        is the history checkers' question (G-single, G2-item, real time)."""
         certified = self.certifications
         edges: list[tuple[int, int, str, str]] = []
         readers: dict[tuple[str, int], list[int]] = {}
@@ -248,7 +255,7 @@ class Recorder:
                 if overwritten and overwritten in certified:
                     edges.append((writer, overwritten, "ww", key))
                 for reader in readers.get((key, overwritten), ()):
-                    if reader != writer:
+                    if reader != writer and certified[reader].writes:
                         edges.append((writer, reader, "rw", key))
         edges.extend(self._phantom_dependencies())
         return edges
