@@ -56,8 +56,10 @@ Its clock is the merge of the versions it read, and it is answered COMMITTED onc
 under the vector watermark, as before: at ``c`` they are already durable; what another
 shard alone wrote may still wait (rarely). Not taken (the newest versions are read, as
 before): with several workers to a shard (a worker's watermark is not its shard's), with
-versions in doubt or a takeover not finished, with speculation off, and for lists that
-scan or take the general path.
+versions in doubt or a takeover not finished, before the shard's durable watermark has
+entered its epoch (a promoted leader starts from what its follower had learned, which may
+be below what its predecessor had said), with speculation off, and for lists that scan or
+take the general path.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from store.core.epoch import counter_base
 from store.core.errors import InvalidRequest, Status, UnknownProcedure
 from store.core.execution import (
     ABORTING,
@@ -330,10 +333,15 @@ class Coordinator(Execution):
 
     def _snapshot(self) -> int:
         """The snapshot of a read-only list arriving now (module doc, "snapshot reads"):
-        this shard's durable watermark, or NO_SNAPSHOT where none is taken."""
+        this shard's durable watermark, or NO_SNAPSHOT where none is taken. Not before the
+        watermark has entered this epoch: a leader promoted by a takeover starts from what
+        its follower had learned, which may be below what its predecessor had said."""
         if not self.participant.takes_snapshots():
             return NO_SNAPSHOT
-        return self.durable_watermark()
+        mark = self.durable_watermark()
+        if mark < counter_base(self.epoch):
+            return NO_SNAPSHOT
+        return mark
 
     def _writes_replicated(self, ops: OpList) -> bool:
         """Whether the list may write a replicated table (any key, with a compare-and-set)."""
@@ -418,14 +426,14 @@ class Coordinator(Execution):
             txn.write_shards[here] = []
         for shard in remote_locks:
             txn.write_shards[shard] = []
+        # A read-only list on two shards reads at a snapshot: its own keys once the other
+        # shard has answered, at the snapshot that shard read at (module doc).
         snapshot = NO_SNAPSHOT
-        if not (local_locks or remote_locks):
+        if not (local_locks or remote_locks) and len(others) == 1:
             snapshot = self._snapshot()
         txn.snapshot = snapshot
         clock = partitioner.clock_of(here)
-        if snapshot != NO_SNAPSHOT:
-            self._absorb_reads(txn, here, self.participant.read_snapshot(local_reads, clock, snapshot), [])
-        else:
+        if snapshot == NO_SNAPSHOT:
             self._absorb_reads(txn, here, self.participant.read(local_reads), [])
         base = EMPTY
         if len(others) == 1 and snapshot == NO_SNAPSHOT:
@@ -467,6 +475,8 @@ class Coordinator(Execution):
             txn.counters[shard] = reply.counter
         txn.deps = txn.deps.merge(reply.deps)
         self._absorb_reads(txn, shard, reply.items, [])
+        if txn.snapshot != NO_SNAPSHOT:
+            self._read_own_at_snapshot(txn, reply.snapshot)
         if txn.waiting:
             return
         ops = txn.ops
@@ -499,6 +509,29 @@ class Coordinator(Execution):
         if len(txn.reads) > 2 and txn.snapshot == NO_SNAPSHOT and self._validate_only_read(now_ns, txn):
             return
         self._decide(now_ns, txn)
+
+    def _read_own_at_snapshot(self, txn: Transaction, snapshot: int) -> None:
+        """A two-shard read-only list's reads of this shard's keys, at the snapshot the other
+        shard read at: at or above the one taken here, and within this shard's durable
+        watermark (the other shard learned it from here), so every version within it is
+        installed here already (module doc, "snapshot reads")."""
+        assert not txn.waiting, "a snapshot read on more than two shards"
+        assert txn.snapshot <= snapshot <= self.durable_watermark(), (
+            f"snapshot {snapshot} read at the other shard: asked {txn.snapshot}, "
+            f"durable here {self.durable_watermark()}"
+        )
+        txn.snapshot = snapshot
+        ops = txn.ops
+        assert ops is not None
+        here = self.shard
+        partitioner = self.partitioner
+        replicated = partitioner.replicated
+        local_reads = [
+            read_key for read_key in ops.batch.keys
+            if (self._read_shard_of(read_key) if replicated else partitioner.shard_of(read_key)) == here
+        ]
+        items = self.participant.read_snapshot(local_reads, partitioner.clock_of(here), snapshot)
+        self._absorb_reads(txn, here, items, [])
 
     def _validate_only_read(self, now_ns: int, txn: Transaction) -> bool:
         """The prepared path's second round, with more than one other shard: each stamped

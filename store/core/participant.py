@@ -279,8 +279,7 @@ class Participant:
         return True, counter, deps
 
     def prepare(
-        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int,
-        snapshot: int = NO_SNAPSHOT, snapshot_clock: int = 0,
+        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
     ) -> tuple[int, int, list[ReadItem], VectorClock]:
         """The first round of the coordinator's prepared path for an operation list: locks
         ``locks`` and draws a counter (if any), reads ``reads``, checks that no key it only
@@ -303,13 +302,7 @@ class Participant:
         retransmission simply reads again.
 
         Once prepared the transaction has voted: its locks do not expire; only an install,
-        an abort or the end of its epoch releases them.
-
-        ``snapshot`` (a read-only list, nothing to lock): the reads are of the newest versions
-        within the coordinator's snapshot (``read_snapshot``), and nothing is stamped (a
-        transaction that writes nothing is in no cut and no rollback; ``Coordinator``,
-        "snapshot reads"). The keys read must still be unlocked: a writer whose record is
-        in the snapshot may hold its lock here until its install arrives."""
+        an abort or the end of its epoch releases them."""
         held = self._held.get(txn_id)
         if held is not None:
             assert held.prepared is not None, "a transaction both locked and prepared"
@@ -339,10 +332,6 @@ class Participant:
             if locks and not self._skip_locking:
                 store.unlock_all(locks, txn_id)
             return REFUSED, 0, [], EMPTY
-        if snapshot != NO_SNAPSHOT:
-            assert not locks, "a snapshot read for a list that writes"
-            items = self.read_snapshot(reads, snapshot_clock, snapshot, sparse=True)
-            return PREPARED, 0, items, EMPTY
         items = self.read(reads, sparse=True)
         counter = 0
         deps = EMPTY
@@ -376,6 +365,39 @@ class Participant:
             held.prepared = items
             self._held[txn_id] = held
         return PREPARED, counter, items, deps
+
+    def prepare_snapshot(
+        self, txn_id: int, reads: list[str], clock: int, snapshot: int, epoch: int
+    ) -> tuple[int, int, list[ReadItem]]:
+        """This shard's part of a two-shard read-only list read at a snapshot of its
+        coordinator's entry ``clock`` (``Coordinator``, "snapshot reads"): (PREPARED or
+        REFUSED, the snapshot read at, the items read). Nothing is locked or stamped.
+
+        The snapshot read at is ``snapshot`` raised to what this shard knows durable of
+        ``clock``. Why: a version's clock leaves out the entries known durable when its
+        writer was certified (sparse clocks), so a version here without an entry at
+        ``clock`` may still have depended on a counter there; but every entry left out of a
+        version installed here is at or below this shard's vector watermark (an install
+        brings the entries its writer left out as watermark facts, and a writer certified
+        here leaves out only what this shard knew), so at the raised snapshot the missing
+        entry is known to be within it. The coordinator reads its own keys at the snapshot
+        returned, which is within its own durable watermark (this shard learned it from
+        there).
+
+        Refused as ``prepare`` refuses: another epoch, not certifying, versions in doubt, a
+        key read locked by another transaction (a writer within the snapshot whose install
+        has not arrived holds its lock here)."""
+        if (
+            epoch != self.epoch
+            or not self.certifying
+            or self.watermark.beyond_epoch()
+            or (self._doubt and self._any_in_doubt(reads))
+        ):
+            return REFUSED, NO_SNAPSHOT, []
+        if not (self._skip_validation or self._skip_locking) and self.store.locked_by_other(reads, txn_id):
+            return REFUSED, NO_SNAPSHOT, []
+        bound = max(snapshot, self._vector_watermark.get(clock, 0))
+        return PREPARED, bound, self.read_snapshot(reads, clock, bound, sparse=True)
 
     def expire(self, now_ns: int) -> list[int]:
         """Aborts, on its own, every transaction whose locks have expired before it voted

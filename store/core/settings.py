@@ -33,9 +33,9 @@ class Settings:
     # participant keeps its locks and hides new versions until the transaction is committed,
     # and the client hears nothing before commit (the "OCC+OR" baseline of the ablation).
     speculation: bool = True
-    # Snapshot reads (Coordinator, "snapshot reads"): a read-only operation list on one or
-    # two shards reads, at every shard, the newest versions whose writers' records are
-    # durable at its coordinator's shard, so it does not wait for writers still being
+    # Snapshot reads (store/core/coordinator.py, "snapshot reads"): a read-only operation
+    # list without scans reads, at every shard, the newest versions whose writers' records
+    # are durable at its coordinator's shard, so it does not wait for writers still being
     # replicated. Off: it reads the newest versions and waits for their commit (about 1%
     # of the read-only transactions on geo3 at 50 ms, 27 ms each on average, 2026-12-06).
     snapshot_reads: bool = True

@@ -118,6 +118,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     Outcomes: lambda m: [26, [_outcome(o) for o in m.outcomes], m.unknown],
     PrepareReply: lambda m: [
         24, m.txn_id, m.shard, m.status, m.counter, _items(m.items), _vc(m.deps), m.watermark,
+        None if m.snapshot == NO_SNAPSHOT else m.snapshot,
     ],
 }
 
@@ -283,7 +284,7 @@ def _status(value: Any) -> int:
 
 
 def _snapshot(value: Any) -> int:
-    """PrepareRequest.snapshot: nil on the wire for NO_SNAPSHOT."""
+    """PrepareRequest.snapshot, PrepareReply.snapshot: nil on the wire for NO_SNAPSHOT."""
     return NO_SNAPSHOT if value is None else _int(value, "snapshot")
 
 
@@ -338,9 +339,10 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
     23: (8, lambda f: PrepareRequest(_int(f[1], "txn_id"), _strs(f[2], "reads"),
                                     _strs(f[3], "locks"), _clock(f[4]), _int(f[5], "epoch"),
                                     _snapshot(f[6]), _int(f[7], "snapshot_clock"))),
-    24: (8, lambda f: PrepareReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
+    24: (9, lambda f: PrepareReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
                                   _prepare_status(f[3]), _int(f[4], "counter"),
-                                  _read_items(f[5]), _clock(f[6]), _int(f[7], "watermark"))),
+                                  _read_items(f[5]), _clock(f[6]), _int(f[7], "watermark"),
+                                  _snapshot(f[8]))),
     25: (3, lambda f: AwaitOutcomes(_str(f[1], "client_id"), _await_seqs(f[2]))),
     26: (3, lambda f: Outcomes(_outcomes(f[1]), _ints(f[2], "unknown"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),

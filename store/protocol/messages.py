@@ -366,13 +366,15 @@ PREPARE_STATUSES: Final = (PREPARE_REFUSED, PREPARE_OK, PREPARE_CONFLICT)
 
 class PrepareReply(Message):
     """``items``: what ``reads`` found; ``counter``: drawn (0 if nothing was locked);
-    ``deps``: the clocks the writes must dominate (as ``LockReply.deps``)."""
+    ``deps``: the clocks the writes must dominate (as ``LockReply.deps``). ``snapshot``: for
+    a request with one, the snapshot the reads were made at (at or above the one asked:
+    ``Participant.prepare_snapshot``); the coordinator reads its own keys at it."""
 
-    __slots__ = ("counter", "deps", "items", "shard", "status", "txn_id", "watermark")
+    __slots__ = ("counter", "deps", "items", "shard", "snapshot", "status", "txn_id", "watermark")
 
     def __init__(
         self, txn_id: int, shard: int, status: int, counter: int, items: list[ReadItem],
-        deps: VectorClock, watermark: int,
+        deps: VectorClock, watermark: int, snapshot: int = -1,
     ) -> None:
         self.txn_id = txn_id
         self.shard = shard
@@ -381,6 +383,7 @@ class PrepareReply(Message):
         self.items = items
         self.deps = deps
         self.watermark = watermark
+        self.snapshot = snapshot
 
 
 class Gossip(Message):
