@@ -27,39 +27,38 @@ installed has aborted on its own, and recovery rolls the transaction back), and 
 on answers an older transaction only by its epoch's FVW (``resolve_epoch``): COMMITTED if
 its clock is at or below it, ROLLED_BACK if not — never by a watermark of a later epoch.
 
-Snapshot reads (``Settings.snapshot_reads``). A read-only operation list on the short path or
-the prepared path does not read the newest versions, which may be speculative and would
-make its answer wait for their commit (a round trip between regions). It reads, at every
-shard, the newest version whose writer's clock has at most ``S`` at this shard's entry
-``c``, where ``S`` is this shard's own durable watermark when the list arrives
-(``Coordinator.durable_watermark``; a missing entry counts 0). Why that is strictly
-serializable:
+Snapshot reads (``Settings.snapshot_reads``). A read-only operation list whose keys are all
+on this shard (the short path) does not read the newest versions, which may be speculative
+and would make its answer wait for their commit (a round trip between regions). It reads
+the newest version whose writer's counter here is at most ``S``, this shard's durable
+watermark when the list arrives (``Coordinator.durable_watermark``). Every version here
+carries its writer's own counter here (never left out of a sparse clock: it was not
+durable when its writer was certified), so each is judged exactly. Strictly serializable:
 
-* *It misses nothing committed before it began.* A transaction answered COMMITTED is
-  durable: its clock is at or below a vector watermark, whose entry ``c`` is what shard
-  ``c`` said of its durable watermark (in replies and gossip) and never passes it; that
-  watermark only rises. So its clock's entry ``c`` is at most ``S``.
-* *What it sees is a consistent cut.* The set of writers whose entry ``c`` is at most
-  ``S`` is closed under every dependency, since a transaction's clock dominates the clock
-  of everything it depends on (``store.core.participant``); and a key's versions overwrite
-  one another, so along a key's chain the entry only rises and the version read is the
-  newest of that set. Each of them is installed where the list reads it: at ``c`` every
-  counter at or below ``S`` is settled; at another shard a writer of the set whose install
-  has not arrived still holds its lock there, and the prepare refuses a key read under
-  another transaction's lock (as it does for every list).
-* *It needs no validation.* At ``c`` no version within ``S`` can appear later (a counter
-  drawn from now on is above it), and none of its reads needs a stamp: a transaction that
-  writes nothing belongs to no cut and is in no rollback, so no writer's clock must
-  dominate it.
+* *Nothing committed before it began is missed,* and nothing that committed before a
+  transaction it shows: a transaction answered COMMITTED has its clock under a vector
+  watermark, whose entry here is what this shard said of its durable watermark and never
+  passes it; that watermark only rises. (Of a writer that touched no key here the list
+  shows nothing either way.)
+* *What it sees is a consistent cut:* the writers within ``S`` here are closed under every
+  dependency (a clock dominates the clocks of what its transaction depends on,
+  ``store.core.participant``), a key's versions overwrite one another (the counter rises
+  along the chain: the first found from the newest is the one), and every counter at or
+  below ``S`` is settled, so each of them is installed.
+* *It needs no validation and no stamps:* no version within ``S`` can appear later (a
+  counter drawn from now on is above it), and a transaction that writes nothing is in no
+  cut and no rollback, so no writer's clock must dominate it.
 
-Its clock is the merge of the versions it read, and it is answered COMMITTED once that is
-under the vector watermark, as before: at ``c`` they are already durable; what another
-shard alone wrote may still wait (rarely). Not taken (the newest versions are read, as
-before): with several workers to a shard (a worker's watermark is not its shard's), with
-versions in doubt or a takeover not finished, before the shard's durable watermark has
-entered its epoch (a promoted leader starts from what its follower had learned, which may
-be below what its predecessor had said), with speculation off, and for lists that scan or
-take the general path.
+Its answer is COMMITTED once its clock (the merge of the versions it read) is under the
+vector watermark, as before; their entries here already are. Not taken (the newest versions
+are read, as before): with several workers to a shard (a worker's watermark is not its
+shard's), versions in doubt, a takeover not finished, before the durable watermark has
+entered this epoch (a promoted leader starts from what its follower had learned, which may
+be below what its predecessor had said), with speculation off, and on two shards or more.
+There a snapshot of the coordinator's entry alone is not enough (tried, 2026-12-06: the
+simulator found half a writer and stale reads): another shard's versions carry sparse
+clocks, and its reads happen later than the snapshot was taken, so it shows writers that
+began after a commit the snapshot leaves out.
 """
 
 from __future__ import annotations
@@ -85,14 +84,13 @@ from store.core.execution import (
 )
 from store.core.metrics import ABORT_CAUSES, LatencyHistogram, abort_cause
 from store.core.oplist import OPS_PROCEDURE, OpList
-from store.core.participant import Participant
+from store.core.participant import NO_SNAPSHOT, Participant
 from store.core.partition import Partitioner
 from store.core.settings import Settings
 from store.core.txn import Procedures, Tx
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, VectorWatermark
 from store.protocol.messages import (
-    NO_SNAPSHOT,
     PREPARE_CONFLICT,
     PREPARE_OK,
     AbortReply,
@@ -170,7 +168,7 @@ class Coordinator(Execution):
         # starts waiting for the watermark: the replica hurries its stream's open batch.
         self.commit_awaited: Callable[[int], None] | None = None
         # This shard's durable watermark (every counter at or below it durable or aborted):
-        # the snapshot of the read-only lists it coordinates. Without replication a counter
+        # the snapshot of the read-only lists it runs alone. Without replication a counter
         # is durable once settled; a replica with a stream says otherwise.
         self.durable_watermark: Callable[[], int] = self._settled_watermark
         self._next_seq = 1
@@ -332,10 +330,11 @@ class Coordinator(Execution):
         return self.participant.watermark.watermark
 
     def _snapshot(self) -> int:
-        """The snapshot of a read-only list arriving now (module doc, "snapshot reads"):
-        this shard's durable watermark, or NO_SNAPSHOT where none is taken. Not before the
-        watermark has entered this epoch: a leader promoted by a takeover starts from what
-        its follower had learned, which may be below what its predecessor had said."""
+        """The snapshot of a read-only list on this shard alone arriving now (module doc,
+        "snapshot reads"): this shard's durable watermark, or NO_SNAPSHOT where none is
+        taken. Not before the watermark has entered this epoch: a leader promoted by a
+        takeover starts from what its follower had learned, which may be below what its
+        predecessor had said."""
         if not self.participant.takes_snapshots():
             return NO_SNAPSHOT
         mark = self.durable_watermark()
@@ -426,17 +425,9 @@ class Coordinator(Execution):
             txn.write_shards[here] = []
         for shard in remote_locks:
             txn.write_shards[shard] = []
-        # A read-only list on two shards reads at a snapshot: its own keys once the other
-        # shard has answered, at the snapshot that shard read at (module doc).
-        snapshot = NO_SNAPSHOT
-        if not (local_locks or remote_locks) and len(others) == 1:
-            snapshot = self._snapshot()
-        txn.snapshot = snapshot
-        clock = partitioner.clock_of(here)
-        if snapshot == NO_SNAPSHOT:
-            self._absorb_reads(txn, here, self.participant.read(local_reads), [])
+        self._absorb_reads(txn, here, self.participant.read(local_reads), [])
         base = EMPTY
-        if len(others) == 1 and snapshot == NO_SNAPSHOT:
+        if len(others) == 1:
             # The pair path: the other shard stamps its only-read keys with the whole clock,
             # this part and its own. With more, the stamps come with the validation round,
             # and ``base`` would be bytes no one uses.
@@ -452,7 +443,7 @@ class Coordinator(Execution):
                 now_ns, txn_id, shard,
                 PrepareRequest(
                     txn_id, remote_reads.get(shard, []), remote_locks.get(shard, []), base,
-                    self.epoch, snapshot, clock,
+                    self.epoch,
                 ),
             )
         return True
@@ -475,8 +466,6 @@ class Coordinator(Execution):
             txn.counters[shard] = reply.counter
         txn.deps = txn.deps.merge(reply.deps)
         self._absorb_reads(txn, shard, reply.items, [])
-        if txn.snapshot != NO_SNAPSHOT:
-            self._read_own_at_snapshot(txn, reply.snapshot)
         if txn.waiting:
             return
         ops = txn.ops
@@ -500,38 +489,14 @@ class Coordinator(Execution):
         self._clock(txn)
         here = self.shard
         reads = list(txn.reads.get(here, {}).items())
-        if (
-            (reads or here in txn.counters) and txn.snapshot == NO_SNAPSHOT
-            and not self.participant.validate(txn.txn_id, reads, [], txn.vc, txn.epoch)
+        if (reads or here in txn.counters) and not self.participant.validate(
+            txn.txn_id, reads, [], txn.vc, txn.epoch
         ):
             self._abort_everywhere(now_ns, txn, "validation failed")
             return
-        if len(txn.reads) > 2 and txn.snapshot == NO_SNAPSHOT and self._validate_only_read(now_ns, txn):
+        if len(txn.reads) > 2 and self._validate_only_read(now_ns, txn):
             return
         self._decide(now_ns, txn)
-
-    def _read_own_at_snapshot(self, txn: Transaction, snapshot: int) -> None:
-        """A two-shard read-only list's reads of this shard's keys, at the snapshot the other
-        shard read at: at or above the one taken here, and within this shard's durable
-        watermark (the other shard learned it from here), so every version within it is
-        installed here already (module doc, "snapshot reads")."""
-        assert not txn.waiting, "a snapshot read on more than two shards"
-        assert txn.snapshot <= snapshot <= self.durable_watermark(), (
-            f"snapshot {snapshot} read at the other shard: asked {txn.snapshot}, "
-            f"durable here {self.durable_watermark()}"
-        )
-        txn.snapshot = snapshot
-        ops = txn.ops
-        assert ops is not None
-        here = self.shard
-        partitioner = self.partitioner
-        replicated = partitioner.replicated
-        local_reads = [
-            read_key for read_key in ops.batch.keys
-            if (self._read_shard_of(read_key) if replicated else partitioner.shard_of(read_key)) == here
-        ]
-        items = self.participant.read_snapshot(local_reads, partitioner.clock_of(here), snapshot)
-        self._absorb_reads(txn, here, items, [])
 
     def _validate_only_read(self, now_ns: int, txn: Transaction) -> bool:
         """The prepared path's second round, with more than one other shard: each stamped

@@ -23,7 +23,6 @@ from store.core.settings import Settings
 from store.core.txn import Tx, UserAbort
 from store.core.vclock import EMPTY
 from store.protocol.messages import (
-    NO_SNAPSHOT,
     Message,
     ReadItem,
     ReadReply,
@@ -76,7 +75,6 @@ class Transaction:
         "result_value",
         "scans",
         "seq",
-        "snapshot",
         "submitted_at",
         "tx",
         "txn_id",
@@ -124,9 +122,6 @@ class Transaction:
         self.result_value: Any = None
         self.executed_at = 0  # when the procedure finished: its reads were all made
         self.submitted_at = 0  # when the SUBMIT arrived (latency metrics)
-        # A read-only list's snapshot (Coordinator, "snapshot reads"): its reads need no
-        # validation. NO_SNAPSHOT: the newest versions were read.
-        self.snapshot = NO_SNAPSHOT
 
     def close(self) -> None:
         """Stops a procedure still executing (nothing to stop for an operation list)."""

@@ -61,7 +61,6 @@ from store.core.storage import CERTIFIED, HIDDEN, Version, VersionedStore
 from store.core.vclock import EMPTY, VectorClock
 from store.core.watermark import ClockWaits, ShardWatermark
 from store.protocol.messages import (
-    NO_SNAPSHOT,
     PREPARE_CONFLICT,
     PREPARE_OK,
     ReadItem,
@@ -71,6 +70,8 @@ from store.protocol.messages import (
 )
 
 LOCKED: Final = 1
+# ``run_local``'s snapshot when the newest versions are read (any list that writes).
+NO_SNAPSHOT: Final = -1
 INSTALLED: Final = 2
 ABORTED: Final = 3
 
@@ -141,7 +142,7 @@ class Participant:
         # (the replay's Thomas write rule compares that entry).
         self.floor_on_deps = False
         # Snapshot reads (``takes_snapshots``): whether this participant takes them for the
-        # read-only lists it coordinates (not a worker of a shard of several, whose own
+        # read-only lists it runs alone (not a worker of a shard of several, whose own
         # watermark is not its shard's: the replica turns them off).
         self.snapshots = settings.snapshot_reads and settings.speculation
         self.store = store
@@ -203,27 +204,8 @@ class Participant:
                 items.append((key, version.vid, value, version.deleted, vc, version.txn_id))
         return items
 
-    def read_snapshot(
-        self, keys: Iterable[str], clock: int, bound: int, sparse: bool = False
-    ) -> list[ReadItem]:
-        """A read-only transaction's reads at the snapshot ``bound`` of its coordinator
-        shard's clock entry ``clock`` (``Coordinator``, "snapshot reads"): of each key, the
-        newest version whose writer's clock has at most ``bound`` there. ``sparse`` as for
-        ``read``."""
-        items: list[ReadItem] = []
-        store = self.store
-        for key in keys:
-            version = store.latest_within(key, clock, bound)
-            if version is None:
-                items.append((key, 0, None, False, EMPTY, 0))
-            else:
-                value = None if version.deleted else version.value
-                vc = self._sparse(version.vc) if sparse else version.vc
-                items.append((key, version.vid, value, version.deleted, vc, version.txn_id))
-        return items
-
     def takes_snapshots(self) -> bool:
-        """Whether a read-only list this shard coordinates may read at a snapshot now
+        """Whether a read-only list on this shard alone may read at a snapshot now
         (``Coordinator``, "snapshot reads"); not with several workers to a shard, versions
         in doubt, a takeover not finished or speculation off: it reads the newest versions."""
         return (
@@ -365,39 +347,6 @@ class Participant:
             held.prepared = items
             self._held[txn_id] = held
         return PREPARED, counter, items, deps
-
-    def prepare_snapshot(
-        self, txn_id: int, reads: list[str], clock: int, snapshot: int, epoch: int
-    ) -> tuple[int, int, list[ReadItem]]:
-        """This shard's part of a two-shard read-only list read at a snapshot of its
-        coordinator's entry ``clock`` (``Coordinator``, "snapshot reads"): (PREPARED or
-        REFUSED, the snapshot read at, the items read). Nothing is locked or stamped.
-
-        The snapshot read at is ``snapshot`` raised to what this shard knows durable of
-        ``clock``. Why: a version's clock leaves out the entries known durable when its
-        writer was certified (sparse clocks), so a version here without an entry at
-        ``clock`` may still have depended on a counter there; but every entry left out of a
-        version installed here is at or below this shard's vector watermark (an install
-        brings the entries its writer left out as watermark facts, and a writer certified
-        here leaves out only what this shard knew), so at the raised snapshot the missing
-        entry is known to be within it. The coordinator reads its own keys at the snapshot
-        returned, which is within its own durable watermark (this shard learned it from
-        there).
-
-        Refused as ``prepare`` refuses: another epoch, not certifying, versions in doubt, a
-        key read locked by another transaction (a writer within the snapshot whose install
-        has not arrived holds its lock here)."""
-        if (
-            epoch != self.epoch
-            or not self.certifying
-            or self.watermark.beyond_epoch()
-            or (self._doubt and self._any_in_doubt(reads))
-        ):
-            return REFUSED, NO_SNAPSHOT, []
-        if not (self._skip_validation or self._skip_locking) and self.store.locked_by_other(reads, txn_id):
-            return REFUSED, NO_SNAPSHOT, []
-        bound = max(snapshot, self._vector_watermark.get(clock, 0))
-        return PREPARED, bound, self.read_snapshot(reads, clock, bound, sparse=True)
 
     def expire(self, now_ns: int) -> list[int]:
         """Aborts, on its own, every transaction whose locks have expired before it voted
@@ -659,11 +608,12 @@ class Participant:
         finished, versions in doubt, speculation off): the general path decides then.
         Raises InvalidRequest (nothing changed) if an operation does not fit the data.
 
-        ``snapshot`` (a list that writes nothing: this shard's durable watermark): the reads are of
-        the newest versions within it (``read_snapshot``): every counter at or below it is
-        installed here, so no lock stands in their way, and nothing is stamped (a
-        transaction that writes nothing is in no cut and no rollback; ``Coordinator``,
-        "snapshot reads")."""
+        ``snapshot`` (a list that writes nothing: this shard's durable watermark, or
+        ``NO_SNAPSHOT``): the reads are of the newest versions whose writers' counters here
+        are within it (``VersionedStore.latest_within``). Every counter at or below it is
+        installed, so no lock stands in their way, and nothing is stamped (a transaction
+        that writes nothing is in no cut and no rollback; ``Coordinator``, "snapshot
+        reads")."""
         if (
             epoch != self.epoch or not self.certifying or self._doubt or not self._speculation
             or self.watermark.beyond_epoch()

@@ -66,7 +66,6 @@ from store.core.watermark import (
 from store.protocol.cluster_map import ClusterMap
 from store.protocol.messages import (
     LEADER,
-    NO_SNAPSHOT,
     PEER_REPLIES,
     PEER_REQUESTS,
     PREPARE_REFUSED,
@@ -1048,17 +1047,6 @@ class ShardLeader:
             self.reads_refused += 1
             refused = PrepareReply(message.txn_id, self.shard, PREPARE_REFUSED, 0, [], EMPTY, 0)
             self._outbox.append((src, refused))
-            return
-        if message.snapshot != NO_SNAPSHOT and not message.locks:
-            status, snapshot, items = self.participant.prepare_snapshot(
-                message.txn_id, message.reads, message.snapshot_clock, message.snapshot,
-                message.epoch,
-            )
-            reply = PrepareReply(
-                message.txn_id, self.shard, status, 0, items, EMPTY, self.reply_watermark(),
-                snapshot,
-            )
-            self._outbox.append((src, reply))
             return
         status, counter, items, deps = self.participant.prepare(
             message.txn_id, message.reads, message.locks, message.base, message.epoch

@@ -34,10 +34,10 @@ class Settings:
     # and the client hears nothing before commit (the "OCC+OR" baseline of the ablation).
     speculation: bool = True
     # Snapshot reads (store/core/coordinator.py, "snapshot reads"): a read-only operation
-    # list without scans reads, at every shard, the newest versions whose writers' records
-    # are durable at its coordinator's shard, so it does not wait for writers still being
-    # replicated. Off: it reads the newest versions and waits for their commit (about 1%
-    # of the read-only transactions on geo3 at 50 ms, 27 ms each on average, 2026-12-06).
+    # list whose keys are all on one shard reads the newest versions whose writers'
+    # records are durable there, so it does not wait for writers still being replicated.
+    # Off: it reads the newest versions and waits for their commit (on geo3 at 50 ms about
+    # 1% of the read-only transactions did, 27 ms each on average, 2026-12-06).
     snapshot_reads: bool = True
     # Sparse clocks (DESIGN.md §4): drop entries at or below the known vector watermark.
     # Off only to measure what dropping saves (bench/vc_metadata.py).

@@ -18,7 +18,6 @@ from store.core.values import PACK
 from store.core.vclock import VectorClock
 from store.protocol.cluster_map import cluster_map_from_wire
 from store.protocol.messages import (
-    NO_SNAPSHOT,
     PREPARE_STATUSES,
     ROLES,
     AbortReply,
@@ -110,15 +109,11 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     ConfigReply: lambda m: [20, m.req_id, m.cluster_map.to_wire(), m.cm_leader],
     StateRequest: lambda m: [21, m.requester, m.req_id, m.shard, m.offset, m.length],
     StatePiece: lambda m: [22, m.req_id, m.shard, m.offset, m.total, m.data, m.more],
-    PrepareRequest: lambda m: [
-        23, m.txn_id, m.reads, m.locks, _vc(m.base), m.epoch,
-        None if m.snapshot == NO_SNAPSHOT else m.snapshot, m.snapshot_clock,
-    ],
+    PrepareRequest: lambda m: [23, m.txn_id, m.reads, m.locks, _vc(m.base), m.epoch],
     AwaitOutcomes: lambda m: [25, m.client_id, m.seqs],
     Outcomes: lambda m: [26, [_outcome(o) for o in m.outcomes], m.unknown],
     PrepareReply: lambda m: [
         24, m.txn_id, m.shard, m.status, m.counter, _items(m.items), _vc(m.deps), m.watermark,
-        None if m.snapshot == NO_SNAPSHOT else m.snapshot,
     ],
 }
 
@@ -283,11 +278,6 @@ def _status(value: Any) -> int:
     return _int(value, "status")
 
 
-def _snapshot(value: Any) -> int:
-    """PrepareRequest.snapshot, PrepareReply.snapshot: nil on the wire for NO_SNAPSHOT."""
-    return NO_SNAPSHOT if value is None else _int(value, "snapshot")
-
-
 def _prepare_status(value: Any) -> int:
     status = _int(value, "status")
     if status not in PREPARE_STATUSES:
@@ -336,13 +326,11 @@ _DECODERS: dict[int, tuple[int, Callable[[list[Any]], Message]]] = {
                                    _int(f[5], "length"))),
     22: (7, lambda f: StatePiece(_int(f[1], "req_id"), _int(f[2], "shard"), _int(f[3], "offset"),
                                  _int(f[4], "total"), _bytes(f[5], "data"), _bool(f[6], "more"))),
-    23: (8, lambda f: PrepareRequest(_int(f[1], "txn_id"), _strs(f[2], "reads"),
-                                    _strs(f[3], "locks"), _clock(f[4]), _int(f[5], "epoch"),
-                                    _snapshot(f[6]), _int(f[7], "snapshot_clock"))),
-    24: (9, lambda f: PrepareReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
+    23: (6, lambda f: PrepareRequest(_int(f[1], "txn_id"), _strs(f[2], "reads"),
+                                    _strs(f[3], "locks"), _clock(f[4]), _int(f[5], "epoch"))),
+    24: (8, lambda f: PrepareReply(_int(f[1], "txn_id"), _int(f[2], "shard"),
                                   _prepare_status(f[3]), _int(f[4], "counter"),
-                                  _read_items(f[5]), _clock(f[6]), _int(f[7], "watermark"),
-                                  _snapshot(f[8]))),
+                                  _read_items(f[5]), _clock(f[6]), _int(f[7], "watermark"))),
     25: (3, lambda f: AwaitOutcomes(_str(f[1], "client_id"), _await_seqs(f[2]))),
     26: (3, lambda f: Outcomes(_outcomes(f[1]), _ints(f[2], "unknown"))),
     17: (7, lambda f: SnapshotReply(_int(f[1], "req_id"), _int(f[2], "shard"),

@@ -330,29 +330,18 @@ class PrepareRequest(Message):
     transaction), draw a counter if anything is locked, and vote yes, in one step.
     ``base``: the coordinator's part of the transaction's clock (its shard's reads, the
     dependencies of its locks and its counter), so that the participant knows the whole
-    clock in that step and can stamp the keys it only reads; ``epoch``: the transaction's.
-    ``snapshot``: for a read-only list, the coordinator shard's watermark when it read its own
-    keys (``NO_SNAPSHOT``: read the newest versions): read the newest version whose writer's
-    clock has at most that at entry ``snapshot_clock``, the coordinator shard's
-    (``Coordinator``, "snapshot reads")."""
+    clock in that step and can stamp the keys it only reads; ``epoch``: the transaction's."""
 
-    __slots__ = ("base", "epoch", "locks", "reads", "snapshot", "snapshot_clock", "txn_id")
+    __slots__ = ("base", "epoch", "locks", "reads", "txn_id")
 
     def __init__(
-        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int,
-        snapshot: int = -1, snapshot_clock: int = 0,
+        self, txn_id: int, reads: list[str], locks: list[str], base: VectorClock, epoch: int
     ) -> None:
         self.txn_id = txn_id
         self.reads = reads
         self.locks = locks
         self.base = base
         self.epoch = epoch
-        self.snapshot = snapshot
-        self.snapshot_clock = snapshot_clock
-
-
-# PrepareRequest.snapshot when the reads are of the newest versions (any list that writes).
-NO_SNAPSHOT: Final = -1
 
 
 # PrepareReply.status: the leader could not serve the reads now (no lease: the coordinator's
@@ -366,15 +355,13 @@ PREPARE_STATUSES: Final = (PREPARE_REFUSED, PREPARE_OK, PREPARE_CONFLICT)
 
 class PrepareReply(Message):
     """``items``: what ``reads`` found; ``counter``: drawn (0 if nothing was locked);
-    ``deps``: the clocks the writes must dominate (as ``LockReply.deps``). ``snapshot``: for
-    a request with one, the snapshot the reads were made at (at or above the one asked:
-    ``Participant.prepare_snapshot``); the coordinator reads its own keys at it."""
+    ``deps``: the clocks the writes must dominate (as ``LockReply.deps``)."""
 
-    __slots__ = ("counter", "deps", "items", "shard", "snapshot", "status", "txn_id", "watermark")
+    __slots__ = ("counter", "deps", "items", "shard", "status", "txn_id", "watermark")
 
     def __init__(
         self, txn_id: int, shard: int, status: int, counter: int, items: list[ReadItem],
-        deps: VectorClock, watermark: int, snapshot: int = -1,
+        deps: VectorClock, watermark: int,
     ) -> None:
         self.txn_id = txn_id
         self.shard = shard
@@ -383,7 +370,6 @@ class PrepareReply(Message):
         self.items = items
         self.deps = deps
         self.watermark = watermark
-        self.snapshot = snapshot
 
 
 class Gossip(Message):

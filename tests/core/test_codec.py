@@ -65,10 +65,8 @@ MESSAGES = [
     StatePiece(4, 1, 0, 10, b"\x00\x01state"),
     StatePiece(4, 1, 10, 4096, b"more", True),
     PrepareRequest(9, ["t/a", "t/b"], ["t/b"], VC, 2),
-    PrepareRequest(9, ["t/a"], [], VectorClock(), 2, 41, 1),  # a read-only list's snapshot
     PrepareReply(9, 1, 1, 44, [ITEM], VC, 40),
     PrepareReply(9, 1, 0, 0, [], VectorClock(), 0),
-    PrepareReply(9, 1, 1, 0, [ITEM], VectorClock(), 40, 41),  # read at a snapshot
     AwaitOutcomes("client-1", [3, 5, 1 << 40]),
     Outcomes([Outcome(5, 2, {"r": 1}, VC, "", 7), Outcome(6, 4, None, VC, "rolled back")], [9]),
     Outcomes([], []),
@@ -93,9 +91,8 @@ def test_every_message_round_trips(message) -> None:
         msgpack.packb([9, 1, [["k", 1]], [0, 1], 0, [], False]),  # a write of two fields
         msgpack.packb([4, 1, 1, 1, [["k", 1, None, False, [1], 0]], [], 0]),
         msgpack.packb({"a": 1}),
-        msgpack.packb([24, 9, 1, 7, 0, [], [], 0, None]),  # a prepare status that does not exist
-        msgpack.packb([23, 9, ["t/a"], "t/b", [], 0, None, 0]),  # locks that are not a list
-        msgpack.packb([23, 9, ["t/a"], [], [], 0, -1, 0]),  # a negative snapshot (none is nil)
+        msgpack.packb([24, 9, 1, 7, 0, [], [], 0]),  # a prepare status that does not exist
+        msgpack.packb([23, 9, ["t/a"], "t/b", [], 0]),  # locks that are not a list
         msgpack.packb([25, "c", [1, -2]]),  # a negative sequence number
         msgpack.packb([25, "c", list(range(codec.AWAIT_SEQS_MAX + 1))]),  # too many
         msgpack.packb([26, [[1, "c", 1, "", [], False]], []]),  # a Submit for an outcome
