@@ -70,10 +70,11 @@ from store.protocol.messages import (
 )
 
 LOCKED: Final = 1
-# ``run_local``'s snapshot when the newest versions are read (any list that writes).
-NO_SNAPSHOT: Final = -1
 INSTALLED: Final = 2
 ABORTED: Final = 3
+
+# ``run_local``'s snapshot when the newest versions are read (any list that writes).
+NO_SNAPSHOT: Final = -1
 
 # The durability layer is told of every install: (txn_id, counter, writes, vc). It settles
 # the counter in the shard watermark once the writes are durable.
