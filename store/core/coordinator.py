@@ -167,10 +167,6 @@ class Coordinator(Execution):
         # Called when a transaction whose client waits for COMMITTED (not for CERTIFIED)
         # starts waiting for the watermark: the replica hurries its stream's open batch.
         self.commit_awaited: Callable[[int], None] | None = None
-        # This shard's durable watermark (every counter at or below it durable or aborted):
-        # the snapshot of the read-only lists it runs alone. Without replication a counter
-        # is durable once settled; a replica with a stream says otherwise.
-        self.durable_watermark: Callable[[], int] = self._settled_watermark
         self._next_seq = 1
         self._txns: dict[int, Transaction] = {}
         self._by_client: dict[tuple[str, int], int] = {}
@@ -206,6 +202,9 @@ class Coordinator(Execution):
         # it does not let out wait in _held until it does (or forever, on a deposed leader:
         # the client's retry finds the shard's new leader).
         self.may_acknowledge: Callable[[int], bool] = lambda executed_at_ns: True
+        # This shard's durable watermark (every counter at or below it durable or aborted):
+        # the snapshot of the read-only lists it runs alone (``ShardLeader.durable_watermark``).
+        self.durable_watermark: Callable[[], int] = lambda: participant.watermark.watermark
         # Answers the lease holds back (read-only outside: ``release_held`` lets them out).
         self.held: list[tuple[Transaction, Any, str]] = []
 
@@ -326,16 +325,13 @@ class Coordinator(Execution):
         self._certified(now_ns, txn, vc, full, observe=False)
         return True
 
-    def _settled_watermark(self) -> int:
-        return self.participant.watermark.watermark
-
     def _snapshot(self) -> int:
         """The snapshot of a read-only list on this shard alone arriving now (module doc,
         "snapshot reads"): this shard's durable watermark, or NO_SNAPSHOT where none is
         taken. Not before the watermark has entered this epoch: a leader promoted by a
         takeover starts from what its follower had learned, which may be below what its
         predecessor had said."""
-        if not self.participant.takes_snapshots():
+        if not self.participant.snapshots:
             return NO_SNAPSHOT
         mark = self.durable_watermark()
         if mark < counter_base(self.epoch):

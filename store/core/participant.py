@@ -142,9 +142,10 @@ class Participant:
         # draw from, and a write must stay above what it overwrites on its shard's entry
         # (the replay's Thomas write rule compares that entry).
         self.floor_on_deps = False
-        # Snapshot reads (``takes_snapshots``): whether this participant takes them for the
+        # Snapshot reads (``run_local``'s snapshot): whether this shard takes them for the
         # read-only lists it runs alone (not a worker of a shard of several, whose own
-        # watermark is not its shard's: the replica turns them off).
+        # watermark is not its shard's: the replica turns them off). Versions in doubt, a
+        # takeover and speculation off keep every list off the short path anyway.
         self.snapshots = settings.snapshot_reads and settings.speculation
         self.store = store
         self.watermark = watermark
@@ -204,15 +205,6 @@ class Participant:
                 vc = self._sparse(version.vc) if sparse else version.vc
                 items.append((key, version.vid, value, version.deleted, vc, version.txn_id))
         return items
-
-    def takes_snapshots(self) -> bool:
-        """Whether a read-only list on this shard alone may read at a snapshot now
-        (``Coordinator``, "snapshot reads"); not with several workers to a shard, versions
-        in doubt, a takeover not finished or speculation off: it reads the newest versions."""
-        return (
-            self.snapshots and not self._doubt and self.certifying
-            and not self.watermark.beyond_epoch()
-        )
 
     def scan(self, lo: str, hi: str, limit: int, sparse: bool = False) -> list[ReadItem]:
         clock = self._sparse if sparse else _same

@@ -113,7 +113,10 @@ class LocalCluster:
 
     def submit(self, procedure: str, *args: Any, shard: int = 0) -> Outcome:
         """Runs one submission at ``shard``'s leader to its final outcome."""
-        submission = self.start(procedure, *args, shard=shard)
+        return self.wait(self.start(procedure, *args, shard=shard))
+
+    def wait(self, submission: Submission) -> Outcome:
+        """Runs until a started submission has its final outcome; that outcome."""
         deadline = self.sim.now_ns + CALL_DEADLINE_NS
         while not submission.done:
             assert self.sim.now_ns < deadline, "transaction did not finish"

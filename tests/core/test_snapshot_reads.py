@@ -63,12 +63,16 @@ def committed_result(submission: Submission) -> Any:
     return submission.outcome.result
 
 
-def finish(cluster: LocalCluster, submission: Submission) -> None:
-    for _ in range(1000):
-        if submission.done:
-            return
-        cluster.run_for(MS)
-    raise AssertionError("not answered in a second")
+def snapshot_one_low(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule broken on purpose: the snapshot taken one counter below the durable
+    watermark (here and in tests/sim/test_mutants.py)."""
+    snapshot = coordinator_module.Coordinator._snapshot
+
+    def one_low(self: coordinator_module.Coordinator) -> int:
+        taken: int = snapshot(self)
+        return taken - 1 if taken > 0 else taken
+
+    monkeypatch.setattr(coordinator_module.Coordinator, "_snapshot", one_low)
 
 
 def test_a_one_shard_read_only_list_does_not_wait_for_a_writer_being_replicated() -> None:
@@ -82,7 +86,7 @@ def test_a_one_shard_read_only_list_does_not_wait_for_a_writer_being_replicated(
     assert committed_result(reader) == [1, 2]
     assert committed_result(read(cluster, [c], 1)) == [3]
     assert not writer.done
-    finish(cluster, writer)
+    cluster.wait(writer)
     assert committed_result(writer) == [11, 12, 13]
     # Committed before the next readers began: they see it, at once.
     assert committed_result(read(cluster, [a, b], 0)) == [11, 12]
@@ -96,7 +100,7 @@ def test_without_snapshot_reads_a_reader_waits_for_the_writers_commit() -> None:
     writer = start_writer(cluster, [["increment", a, 10], ["increment", b, 10]], 0, {a: 11, b: 12})
     reader = read(cluster, [a, b], 0)
     assert not reader.done
-    finish(cluster, reader)
+    cluster.wait(reader)
     assert writer.done
     assert committed_result(reader) == [11, 12]
 
@@ -108,7 +112,7 @@ def test_a_read_only_list_on_two_shards_still_waits() -> None:
     writer = start_writer(cluster, [["increment", a, 10], ["increment", c, 10]], 0, {a: 11, c: 13})
     reader = read(cluster, [a, c], 0)
     assert not reader.done
-    finish(cluster, reader)
+    cluster.wait(reader)
     assert writer.done and committed_result(reader) == [11, 13]
 
 
@@ -116,17 +120,10 @@ def test_a_read_only_list_on_two_shards_still_waits() -> None:
 def test_a_snapshot_one_counter_low_misses_a_committed_writer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The rule broken on purpose: the snapshot taken one counter below the durable
-    watermark. A read that begins after the writer was answered COMMITTED misses it (the
-    first test would refuse that)."""
-    snapshot = coordinator_module.Coordinator._snapshot
-
-    def one_low(self: coordinator_module.Coordinator) -> int:
-        taken: int = snapshot(self)
-        return taken - 1 if taken > 0 else taken
-
-    monkeypatch.setattr(coordinator_module.Coordinator, "_snapshot", one_low)
+    """A read that begins after the writer was answered COMMITTED misses it (the first
+    test would refuse that)."""
+    snapshot_one_low(monkeypatch)
     cluster, (a, b), _ = cluster_of()
     writer = start_writer(cluster, [["increment", a, 10], ["increment", b, 10]], 0, {a: 11, b: 12})
-    finish(cluster, writer)
+    cluster.wait(writer)
     assert committed_result(read(cluster, [a, b], 0)) == [1, 2]

@@ -44,6 +44,7 @@ from store.core.participant import Participant
 from store.core.partition import table_of
 from store.core.storage import VersionedStore
 from store.sim.run import SimOptions, run_many
+from tests.core.test_snapshot_reads import snapshot_one_low
 from tests.sim.seeds import caught
 
 
@@ -325,11 +326,5 @@ def test_a_snapshot_one_counter_below_the_durable_watermark_is_caught(
 ) -> None:
     """A read-only list's snapshot taken one counter low: it misses a transaction answered
     COMMITTED before it began (G-single-realtime)."""
-    snapshot = coordinator_module.Coordinator._snapshot
-
-    def one_low(self: coordinator_module.Coordinator) -> int:
-        taken: int = snapshot(self)
-        return taken - 1 if taken > 0 else taken
-
-    monkeypatch.setattr(coordinator_module.Coordinator, "_snapshot", one_low)
+    snapshot_one_low(monkeypatch)
     caught(SimOptions(regions=3, clients=16, duration_ms=2000), [0], {"G-single-realtime", "G-single"})
