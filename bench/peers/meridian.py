@@ -1,6 +1,8 @@
-"""Meridian: the cluster of ``cluster/geo3.toml`` (two shards led from us, a follower of
-each in eu and ap, a configuration manager member per region, every replication connection
-between regions through ``meridian wan-proxy``), with the round trip of the run.
+"""Meridian: the cluster of ``cluster/geo3.toml`` (shards led from us, a follower of each in
+eu and ap, a configuration manager member per region, every replication connection between
+regions through ``meridian wan-proxy``), with the round trip of the run and the first
+``shards`` of its shards (default 1: like PostgreSQL's one primary and etcd's one group,
+one copy of the 100,000 keys per region; docs/peers.md says why, and what two shards give).
 
 The same cluster and preload serve two runs, one after the other:
 
@@ -41,6 +43,7 @@ from bench.peers.common import (
 )
 
 GEO3 = REPO / "cluster" / "geo3.toml"
+SHARDS_DEFAULT = 1
 LOAD_BATCH = 500
 LOAD_CONCURRENCY = 8
 MODES = ("commit", "certified")
@@ -173,13 +176,18 @@ def _shift(address: str, by: int) -> str:
 def cluster_file(
     directory: Path, log_dir: Path, rtt_ms: float, jitter_ms: float, port_shift: int = 0,
     source: Path = GEO3, fsync: bool = True, workers: int = 1,
-    settings: list[tuple[str, str, Any]] | None = None,
+    settings: list[tuple[str, str, Any]] | None = None, shards: int | None = None,
 ) -> Path:
     """``cluster/geo3.toml`` as it is, but for the round trip and jitter of this run, its
     servers' logs in ``log_dir``, their write-ahead logs in ``directory`` (the scratch
-    directory, where the peers keep their data too), ``fsync`` as asked, and every port
-    moved by ``port_shift`` (0: geo3's own); ``settings`` (section, name, value) set on top."""
+    directory, where the peers keep their data too), ``fsync`` as asked, every port moved by
+    ``port_shift`` (0: geo3's own) and only its first ``shards`` shards (None: all);
+    ``settings`` (section, name, value) set on top."""
     data = tomllib.loads(source.read_text())
+    if shards is not None:
+        if not 1 <= shards <= len(data["shards"]):
+            raise ValueError(f"shards: {shards} asked, {source.name} has 1 to {len(data['shards'])}")
+        data["shards"] = data["shards"][:shards]
     data["cluster"]["run_dir"] = str(log_dir)
     data["cluster"]["data_dir"] = str(directory / "data")
     data["cluster"]["fsync"] = fsync
@@ -423,10 +431,11 @@ async def requests_counted(client: Any, result: RunResult, phase: Any, meter: Cp
 def run(
     scratch: Path, log_dir: Path, workload: Workload, rtt_ms: float, jitter_ms: float,
     port_shift: int, fsync: bool = True, modes: tuple[str, ...] = MODES,
-    settings: list[tuple[str, str, Any]] | None = None,
+    settings: list[tuple[str, str, Any]] | None = None, shards: int = SHARDS_DEFAULT,
 ) -> list[RunResult]:
     """Meridian's runs at one round trip (``modes``: waiting for commit, going on at
-    certification, or both), on one cluster; ``settings`` as ``cluster_file`` takes them."""
+    certification, or both), on one cluster of ``shards`` shards; ``settings`` as
+    ``cluster_file`` takes them."""
     assert modes and set(modes) <= set(MODES), modes
     from store import config as config_module
     from store.client import Client
@@ -443,7 +452,7 @@ def run(
     directory.mkdir(parents=True, exist_ok=True)
     config = config_module.load(
         cluster_file(directory, log_dir, rtt_ms, jitter_ms, port_shift, fsync=fsync,
-                     settings=settings)
+                     settings=settings, shards=shards)
     )
     cluster = ProcessCluster(config)
     meter = CpuMeter(cluster)
@@ -451,7 +460,8 @@ def run(
     cluster.start()
     try:
         cluster.wait_ready(timeout_s=60)
-        log(f"meridian: geo3 cluster up in {time.monotonic() - started:.1f} s (rtt {rtt_ms:g} ms)")
+        log(f"meridian: geo3 cluster ({shards} shard{'s' if shards > 1 else ''}) up in "
+            f"{time.monotonic() - started:.1f} s (rtt {rtt_ms:g} ms)")
 
         async def main() -> None:
             client = await Client.connect(config, in_flight_max=max(256, workload.clients * 4))
@@ -497,7 +507,11 @@ def run(
     for result in results:
         if settings:
             result.extra["settings"] = {f"{sec}.{key}": value for sec, key, value in settings}
-        result.extra["cluster"] = "cluster/geo3.toml: 2 shards led from us, followers in eu and ap"
+        result.extra["shards"] = shards
+        result.extra["cluster"] = (
+            f"cluster/geo3.toml's regions and links, {shards} shard{'s' if shards > 1 else ''} "
+            "led from us, followers in eu and ap"
+        )
         result.extra["durability"] = (
             "every acceptor syncs its votes to its write-ahead log (fsync) before answering"
             if fsync else "fsync = false: write-ahead logs written, not synced (--meridian-no-fsync)"

@@ -102,6 +102,9 @@ def markdown(report: dict[str, Any], plots: list[Path]) -> str:
         "",
         f"Wide-area delay: {report['wan']['how']}",
         "",
+        *[f"Meridian: {cluster}; every other system keeps all keys on one primary or group.\n"
+          for cluster in sorted({run["cluster"] for run in report["runs"]
+                                 if run["system"].startswith("meridian") and run.get("cluster")})],
         "| system | RTT ms | committed txn/s | p50 ms | p99 ms | retries | errors | what is not measured |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]

@@ -4,7 +4,7 @@ and what is and is not measured.
 
     python bench/peers/run.py [--json] [--duration 30] [--rtt-ms 0 50] [--clients 64]
                               [--systems meridian,postgres,etcd]
-                              [--meridian-modes commit,certified]
+                              [--meridian-modes commit,certified] [--meridian-shards 1]
                               [--meridian-set stream.batch_delay_awaited_ns=3000000]
 
 Each system is started at each round trip, loaded, run and stopped (every process it
@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+import tomllib
 import traceback
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--meridian-modes", default=",".join(meridian.MODES),
                         help="comma-separated, from: commit (clients wait for the commit), "
                         "certified (clients go on at certification)")
+    parser.add_argument("--meridian-shards", type=int, default=meridian.SHARDS_DEFAULT,
+                        help="how many of cluster/geo3.toml's shards Meridian runs with "
+                        f"(default {meridian.SHARDS_DEFAULT}, like PostgreSQL's one primary: "
+                        "docs/peers.md)")
     parser.add_argument("--meridian-set", action="append", default=[], metavar="SECTION.NAME=VALUE",
                         help="a setting of Meridian's cluster file for these runs, e.g. "
                         "stream.batch_delay_awaited_ns=3000000 (repeatable; VALUE in TOML; the "
@@ -95,14 +100,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.meridian_set = [meridian.parse_setting(text) for text in args.meridian_set]
     except ValueError as error:
         parser.error(f"--meridian-set: {error}")
+    geo3_shards = len(tomllib.loads(meridian.GEO3.read_text())["shards"])
+    if not 1 <= args.meridian_shards <= geo3_shards:
+        parser.error(f"--meridian-shards: 1 to {geo3_shards} (the shards of cluster/geo3.toml)")
     if args.clients < 1 or args.duration <= 0 or args.keys < 8 or min(args.rtt_ms) < 0:
         parser.error("--clients >= 1, --duration > 0, --keys >= 8, --rtt-ms >= 0")
     return args
 
 
 def geo3_jitter_ms() -> float:
-    import tomllib
-
     data = tomllib.loads(meridian.GEO3.read_text())
     return float(data.get("wan", {}).get("jitter_ms", 1.0))
 
@@ -137,7 +143,7 @@ def run_system(
             return meridian.run(
                 scratch, log_dir, workload, rtt, jitter, args.meridian_port_shift,
                 fsync=not args.meridian_no_fsync, modes=args.meridian_modes,
-                settings=args.meridian_set,
+                settings=args.meridian_set, shards=args.meridian_shards,
             )
         if system == "postgres":
             port = args.base_port + 10
@@ -164,9 +170,10 @@ def run_system(
         ]
 
 
-def system_info(system: str) -> dict[str, Any]:
+def system_info(system: str, args: argparse.Namespace) -> dict[str, Any]:
     if system == "meridian":
-        return {"status": "available", "cluster": "cluster/geo3.toml"}
+        return {"status": "available", "cluster": "cluster/geo3.toml",
+                "shards": args.meridian_shards}
     module = postgres if system == "postgres" else etcd
     reason = module.unavailable_reason()
     if reason is not None:
@@ -192,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                         seed=args.seed)
     out_dir = args.out or REPO / "runs" / f"peers-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    systems = {name: system_info(name) for name in args.systems}
+    systems = {name: system_info(name, args) for name in args.systems}
     for name, info in systems.items():
         if info["status"] == "unavailable":
             log(f"{name} is UNAVAILABLE and is skipped: {info['reason']}")

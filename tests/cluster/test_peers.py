@@ -214,3 +214,36 @@ def test_a_peer_commits_transactions_or_is_skipped_with_the_reason(
     if system == "postgres":
         assert run["isolation"] == "serializable"
         assert run["pgbench"]["transactions"] == run["committed"]
+
+
+def test_meridian_runs_one_of_geo3s_shards_unless_asked_for_more(tmp_path: Path) -> None:
+    """Like PostgreSQL's one primary and etcd's one group, Meridian keeps the keys on one
+    shard by default (docs/peers.md, "What each system does"); --meridian-shards takes
+    geo3's first N, and one it does not have is refused before anything starts."""
+    import tomllib
+
+    from bench.peers import meridian
+    from bench.peers.run import parse_args
+
+    def shards_of(**options: Any) -> list[str]:
+        path = meridian.cluster_file(tmp_path, tmp_path, 50.0, 1.0, **options)
+        return [shard["leader"] for shard in tomllib.loads(path.read_text())["shards"]]
+
+    geo3 = [shard["leader"] for shard in tomllib.loads(meridian.GEO3.read_text())["shards"]]
+    assert len(geo3) == 2
+    assert parse_args([]).meridian_shards == meridian.SHARDS_DEFAULT == 1
+    assert shards_of(shards=1) == geo3[:1]
+    assert shards_of(shards=2) == shards_of() == geo3
+    with pytest.raises(ValueError, match="1 to 2"):
+        shards_of(shards=3)
+    for wrong in ("0", "3"):
+        with pytest.raises(SystemExit):
+            parse_args(["--meridian-shards", wrong])
+
+
+def test_the_report_says_how_many_shards_meridian_ran(peers: dict[str, Any]) -> None:
+    for system in ("meridian-commit", "meridian-certified"):
+        assert run_of(peers["report"], system)["shards"] == 1
+    assert peers["report"]["systems"]["meridian"]["shards"] == 1
+    text = (peers["out"] / "report.md").read_text()
+    assert "Meridian: cluster/geo3.toml's regions and links, 1 shard led from us" in text
