@@ -44,6 +44,11 @@ from bench.peers.common import (
 
 GEO3 = REPO / "cluster" / "geo3.toml"
 SHARDS_DEFAULT = 1
+
+
+def geo3() -> dict[str, Any]:
+    """``cluster/geo3.toml``, parsed."""
+    return tomllib.loads(GEO3.read_text())
 LOAD_BATCH = 500
 LOAD_CONCURRENCY = 8
 MODES = ("commit", "certified")

@@ -22,7 +22,6 @@ import signal
 import sys
 import tempfile
 import time
-import tomllib
 import traceback
 from pathlib import Path
 from typing import Any
@@ -100,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.meridian_set = [meridian.parse_setting(text) for text in args.meridian_set]
     except ValueError as error:
         parser.error(f"--meridian-set: {error}")
-    geo3_shards = len(tomllib.loads(meridian.GEO3.read_text())["shards"])
+    geo3_shards = len(meridian.geo3()["shards"])
     if not 1 <= args.meridian_shards <= geo3_shards:
         parser.error(f"--meridian-shards: 1 to {geo3_shards} (the shards of cluster/geo3.toml)")
     if args.clients < 1 or args.duration <= 0 or args.keys < 8 or min(args.rtt_ms) < 0:
@@ -109,8 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def geo3_jitter_ms() -> float:
-    data = tomllib.loads(meridian.GEO3.read_text())
-    return float(data.get("wan", {}).get("jitter_ms", 1.0))
+    return float(meridian.geo3().get("wan", {}).get("jitter_ms", 1.0))
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -229,7 +229,7 @@ def test_meridian_runs_one_of_geo3s_shards_unless_asked_for_more(tmp_path: Path)
         path = meridian.cluster_file(tmp_path, tmp_path, 50.0, 1.0, **options)
         return [shard["leader"] for shard in tomllib.loads(path.read_text())["shards"]]
 
-    geo3 = [shard["leader"] for shard in tomllib.loads(meridian.GEO3.read_text())["shards"]]
+    geo3 = [shard["leader"] for shard in meridian.geo3()["shards"]]
     assert len(geo3) == 2
     assert parse_args([]).meridian_shards == meridian.SHARDS_DEFAULT == 1
     assert shards_of(shards=1) == geo3[:1]
